@@ -1,0 +1,31 @@
+# Quick start: `make train` and `make test`. Both create .venv on first use.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: install train test test-all lint clean
+
+install: $(STAMP)
+
+# Re-install only when the pins or the project metadata change (idempotent).
+$(STAMP): requirements.lock pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c requirements.lock -e ".[dev]"
+	touch $(STAMP)
+
+train: install
+	$(PY) train.py $(ARGS)
+
+test: install
+	$(PY) -m pytest -m "not slow" $(ARGS)
+
+test-all: install
+	$(PY) -m pytest $(ARGS)
+
+lint: install
+	$(PY) -m ruff check .
+
+clean:
+	rm -rf outputs .pytest_cache

@@ -1,0 +1,5 @@
+"""captioning: image captioning with swappable cross-attention."""
+
+from .checkpoint import load_checkpoint
+
+__all__ = ["load_checkpoint"]

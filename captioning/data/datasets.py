@@ -1,0 +1,70 @@
+"""Torch datasets over prepared features: (image, caption) pairs for training, images with all
+their references for evaluation; one collate that pads captions."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import Dataset
+
+from .prepare import PreparedData
+
+
+class ImageCaptions(Dataset):
+    """Each image of a split with all its reference captions, encoded <bos> ... <eos>.
+
+    One item per image (not per pair): the decoder prepares an image's keys once and
+    reuses them for all of its captions. An epoch still sees every pair once.
+    """
+
+    def __init__(self, data: PreparedData, split: str, max_len: int = 30) -> None:
+        self.data = data
+        self.items = [
+            (i, [torch.tensor(data.vocab.encode(c[:max_len])) for c in data.records[i].captions])
+            for i in data.split_indices(split)
+        ]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, k: int) -> dict:
+        i, captions = self.items[k]
+        return {"index": i, "tokens": captions}
+
+
+class EvalImages(Dataset):
+    """Each image of a split once, with all its references (words) and ground-truth objects."""
+
+    def __init__(self, data: PreparedData, split: str) -> None:
+        self.data, self.indices = data, data.split_indices(split)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, k: int) -> dict:
+        i = self.indices[k]
+        r = self.data.records[i]
+        return {"index": i, "refs": r.captions, "objects": r.objects, "image_id": r.image_id}
+
+
+class Collate:
+    """Stack features (float32) per image; pad all captions with <pad> into one (B, T) tensor
+    with `image_index` (B,) pointing at each caption's image; keep python lists as lists."""
+
+    def __init__(self, features: torch.Tensor, pad: int) -> None:
+        self.features, self.pad = features, pad
+
+    def __call__(self, items: list[dict]) -> dict:
+        index = torch.tensor([it["index"] for it in items])
+        batch = {"index": index, "features": self.features[index].float()}  # (B, N, D)
+        if "tokens" in items[0]:
+            captions = [c for it in items for c in it["tokens"]]
+            batch["tokens"] = torch.nn.utils.rnn.pad_sequence(
+                captions, batch_first=True, padding_value=self.pad
+            )  # (B, T)
+            batch["image_index"] = torch.tensor(
+                [k for k, it in enumerate(items) for _ in it["tokens"]]
+            )  # (B,)
+        for key in ("refs", "objects", "image_id"):
+            if key in items[0]:
+                batch[key] = [it[key] for it in items]
+        return batch

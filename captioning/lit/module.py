@@ -1,0 +1,117 @@
+"""LightningModule: teacher-forced cross-entropy, AdamW, decoding + BLEU in val/test."""
+
+from __future__ import annotations
+
+import hydra
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+
+from ..checkpoint import FORMAT_VERSION
+from ..data.vocab import Vocabulary
+from ..metrics import attribute_accuracy, corpus_bleu_scores
+from ..models.attention import attention_stats
+from ..models.captioner import build_captioner
+from ..models.decoding import greedy_decode
+
+
+class CaptioningModule(pl.LightningModule):
+    """hparams are plain data ({format_version, cfg, vocab}) so checkpoints load with
+    torch.load(weights_only=True); the model is rebuilt from them."""
+
+    def __init__(self, cfg: dict, vocab: list[str], format_version: int = FORMAT_VERSION) -> None:
+        super().__init__()
+        self.save_hyperparameters({"format_version": format_version, "cfg": cfg, "vocab": vocab})
+        self.cfg, self.vocab = cfg, Vocabulary(vocab)
+        self.model = build_captioner(cfg, len(vocab))
+        self._outputs: list[dict] = []
+        self._attn: list[tuple[int, dict]] = []  # (count, stats) per decoded batch
+        self.test_predictions: list[dict] = []
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        tokens = batch["tokens"]  # (B, T)
+        targets = tokens[:, 1:]  # (B, T-1)
+        lengths = (targets != self.vocab.pad).sum(1)  # padding is never computed
+        logits, _ = self.model(
+            batch["features"], tokens[:, :-1], lengths, batch["image_index"]
+        )  # (B, T-1, V)
+        loss = F.cross_entropy(
+            logits.flatten(0, 1).float(),
+            targets.flatten(),
+            ignore_index=self.vocab.pad,
+            label_smoothing=self.cfg["optim"].get("label_smoothing", 0.0),
+        )
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(tokens))
+        return loss
+
+    def _decode(self, batch: dict) -> None:
+        beam = self.cfg["decode"]["beam_size"]
+        if beam != 1:
+            raise ValueError(f"decode.beam_size={beam}: only greedy (1) is implemented so far")
+        tokens, weights = greedy_decode(
+            self.model.decoder, batch["features"], self.vocab.bos, self.vocab.eos,
+            self.cfg["decode"]["max_len"],
+        )  # (B, L), (B, L, N)
+        # Steps up to and including each caption's <eos>: what the caption actually used.
+        is_eos = (tokens == self.vocab.eos).long()
+        valid = (is_eos.cumsum(1) - is_eos) == 0
+        stats = attention_stats(weights, valid)
+        gate = getattr(self.model.decoder.attention, "last_gate", None)
+        if gate is not None:
+            stats["attn_gate"] = gate
+        self._attn.append((int(valid.sum()), stats))
+        for i, ids, refs, objs, image_id in zip(
+            batch["index"].tolist(), tokens.tolist(), batch["refs"], batch["objects"], batch["image_id"]
+        ):
+            self._outputs.append(
+                {"index": i, "hyp": self.vocab.decode(ids), "refs": refs, "objects": objs,
+                 "image_id": image_id}
+            )
+
+    def _gather(self) -> list[dict]:
+        """All processes' outputs, each image once (DDP samplers may repeat images)."""
+        outputs, self._outputs = self._outputs, []
+        if self.trainer.world_size > 1:
+            parts = [None] * self.trainer.world_size
+            torch.distributed.all_gather_object(parts, outputs)
+            outputs = [o for part in parts for o in part]
+        return sorted({o["index"]: o for o in outputs}.values(), key=lambda o: o["index"])
+
+    def _score(self, stage: str) -> list[dict]:
+        outputs = self._gather()
+        hyps = [o["hyp"] for o in outputs]
+        metrics = corpus_bleu_scores(hyps, [o["refs"] for o in outputs], prefix=f"{stage}/")
+        metrics.update(attribute_accuracy(hyps, [o["objects"] for o in outputs], f"{stage}/"))
+        attn, self._attn = self._attn, []
+        total = sum(n for n, _ in attn)
+        for key in attn[0][1] if attn and total else ():
+            metrics[f"{stage}/{key}"] = sum(n * st[key] for n, st in attn) / total
+        # Every process holds the gathered outputs, so every process logs the same numbers.
+        self.log_dict(metrics)
+        return outputs
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self._decode(batch)
+
+    def on_validation_epoch_end(self) -> None:
+        self._score("val")
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self._decode(batch)
+
+    def on_test_epoch_end(self) -> None:
+        outputs = self._score("test")
+        self.test_predictions = [
+            {"image_id": o["image_id"], "caption": " ".join(o["hyp"])} for o in outputs
+        ]
+
+    def configure_optimizers(self):
+        optim = self.cfg["optim"]
+        # Both configs are `_partial_: true`: instantiate gives a partial, called here.
+        optimizer = hydra.utils.instantiate(optim["optimizer"])(params=self.parameters())
+        if not optim.get("scheduler"):
+            return optimizer
+        scheduler = hydra.utils.instantiate(optim["scheduler"])(
+            optimizer=optimizer, total_steps=int(self.trainer.estimated_stepping_batches)
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -1,0 +1,18 @@
+"""Models: torch/torchvision only (no Lightning, Hydra, wandb or nltk) so they run anywhere."""
+
+from .attention import ATTENTIONS, build_attention
+from .captioner import (
+    DECODERS,
+    Captioner,
+    FeatureNormalizer,
+    build_captioner,
+    build_decoder,
+    fit_normalizer,
+)
+from .decoding import greedy_decode
+from .encoder import ENCODERS, ResNetEncoder, encoder_dim
+
+__all__ = [
+    "ATTENTIONS", "DECODERS", "ENCODERS", "Captioner", "FeatureNormalizer", "ResNetEncoder",
+    "build_attention", "build_captioner", "build_decoder", "encoder_dim", "fit_normalizer", "greedy_decode",
+]

@@ -1,0 +1,15 @@
+"""Cross-attention modules behind one interface; `build_attention(name, Dq, Dk, Dv, **cfg)`."""
+
+from . import additive, dot, linear, local, mixed, multihead  # noqa: F401  (registers the modules)
+from .base import (
+    ATTENTIONS,
+    CrossAttention,
+    Prepared,
+    attention_stats,
+    build_attention,
+    masked_softmax,
+)
+
+__all__ = [
+    "ATTENTIONS", "CrossAttention", "Prepared", "attention_stats", "build_attention", "masked_softmax",
+]

@@ -1,0 +1,42 @@
+"""Additive (Bahdanau) attention: score = v^T tanh(W1 q + W2 k)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .base import CrossAttention, register
+
+
+@register("additive")
+class AdditiveAttention(CrossAttention):
+    """W2 k is computed once per image in `prepare` (tutorials recompute it every step)."""
+
+    def __init__(
+        self,
+        query_dim: int,
+        key_dim: int,
+        value_dim: int | None = None,
+        attn_dim: int = 512,
+        init: str = "default",
+    ) -> None:
+        super().__init__(query_dim, key_dim, value_dim)
+        self.w_query = nn.Linear(query_dim, attn_dim, bias=False)  # W1
+        self.w_key = nn.Linear(key_dim, attn_dim)  # W2 (+ the shared bias)
+        self.v = nn.Linear(attn_dim, 1, bias=False)
+        if init == "orthogonal":
+            # Keeps tanh's input at unit scale whatever Dq and Dk are.
+            nn.init.orthogonal_(self.w_query.weight)
+            nn.init.orthogonal_(self.w_key.weight)
+            nn.init.zeros_(self.w_key.bias)
+            nn.init.normal_(self.v.weight, std=attn_dim**-0.5)
+        elif init != "default":
+            raise ValueError(f"attention.init must be 'default' or 'orthogonal', got '{init}'")
+
+    def _prepare_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        return self.w_key(keys)  # (B, N, A)
+
+    def _scores(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        q = self.w_query(query)  # (B, T, A)
+        hidden = torch.tanh(q.unsqueeze(2) + keys.unsqueeze(1))  # (B, T, N, A)
+        return self.v(hidden).squeeze(-1)  # (B, T, N)

@@ -1,0 +1,125 @@
+"""What every cross-attention module shares: the prepared-keys record, masking, the registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+
+import torch
+from torch import nn
+
+
+@dataclass
+class Prepared:
+    """Key-side work done once per image and reused at every step and for every beam.
+
+    keys: the module's projected keys (shape depends on the module, batch first);
+    values: (B, N, Dv) what the weights average; mask: (B, N) True = attend, or None.
+    """
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    mask: torch.Tensor | None = None
+
+    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Prepared:
+        """Apply fn to every tensor field (e.g. index_select for beam reordering)."""
+        return replace(self, **{
+            f.name: fn(v) for f in fields(self) if isinstance(v := getattr(self, f.name), torch.Tensor)
+        })
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Softmax over the last dim (N); masked positions get exactly 0, all-masked rows all 0.
+
+    scores (B, T, N), mask (B, N).
+    """
+    if mask is None:
+        return scores.softmax(dim=-1)
+    scores = scores.masked_fill(~mask[:, None, :], float("-inf"))
+    return scores.softmax(dim=-1).nan_to_num(0.0)  # all -inf rows give NaN
+
+
+class CrossAttention(nn.Module):
+    """Base class: subclasses implement `_prepare_keys` and `_scores`; queries may be (B, Dq)
+    or (B, T, Dq)."""
+
+    def __init__(self, query_dim: int, key_dim: int, value_dim: int | None = None) -> None:
+        super().__init__()
+        self.query_dim, self.key_dim = query_dim, key_dim
+        self.value_dim = key_dim if value_dim is None else value_dim
+
+    def _prepare_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _scores(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """query (B, T, Dq), prepared keys -> scores (B, T, N)."""
+        raise NotImplementedError
+
+    def prepare(
+        self,
+        keys: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        values: torch.Tensor | None = None,
+    ) -> Prepared:
+        """keys (B, N, Dk), mask (B, N) bool, values (B, N, Dv) (default: the keys)."""
+        values = keys if values is None else values
+        if values.shape[-1] != self.value_dim:
+            raise ValueError(f"values have width {values.shape[-1]}, module expects {self.value_dim}")
+        return Prepared(self._prepare_keys(keys), values, mask)
+
+    def _weights(self, query: torch.Tensor, prepared: Prepared) -> torch.Tensor:
+        """query (B, T, Dq) -> weights (B, T, N)."""
+        return masked_softmax(self._scores(query, prepared.keys), prepared.mask)
+
+    def forward(
+        self, query: torch.Tensor, prepared: Prepared
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """query (B, Dq) | (B, T, Dq) -> context (B, [T,] Dv), weights (B, [T,] N)."""
+        single = query.dim() == 2
+        q = query.unsqueeze(1) if single else query  # (B, T, Dq)
+        weights = self._weights(q, prepared)  # (B, T, N)
+        context = weights.to(prepared.values.dtype) @ prepared.values  # (B, T, Dv)
+        if single:
+            return context.squeeze(1), weights.squeeze(1)
+        return context, weights
+
+
+def attention_stats(weights: torch.Tensor, valid: torch.Tensor | None = None) -> dict[str, float]:
+    """Entropy (nats), max and min weight per attention distribution, averaged.
+
+    weights (..., N); valid (...) selects the distributions that count (e.g. steps before <eos>).
+    A collapsed attention shows entropy ~0 and max ~1; a uniform one entropy ~log N.
+    """
+    w = weights.detach().float().flatten(0, -2)  # (M, N)
+    if valid is not None:
+        w = w[valid.flatten()]
+    if len(w) == 0:
+        return {}
+    entropy = -(w * w.clamp_min(1e-12).log()).sum(-1)
+    return {
+        "attn_entropy": entropy.mean().item(),
+        "attn_max": w.max(-1).values.mean().item(),
+        "attn_min": w.min(-1).values.mean().item(),
+    }
+
+
+ATTENTIONS: dict[str, Callable[..., CrossAttention]] = {}
+
+
+def register(name: str, **defaults) -> Callable:
+    """Register a builder under `name`; `defaults` fix constructor arguments (e.g. scaled=True)."""
+
+    def wrap(cls):
+        ATTENTIONS[name] = lambda *args, **kw: cls(*args, **{**defaults, **kw})
+        return cls
+
+    return wrap
+
+
+def build_attention(
+    name: str, query_dim: int, key_dim: int, value_dim: int | None = None, **cfg
+) -> CrossAttention:
+    """Build a registered attention module; unknown names list the valid ones."""
+    if name not in ATTENTIONS:
+        raise ValueError(f"unknown attention '{name}'; valid: {', '.join(sorted(ATTENTIONS))}")
+    return ATTENTIONS[name](query_dim, key_dim, value_dim, **cfg)

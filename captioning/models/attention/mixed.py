@@ -1,0 +1,76 @@
+"""The "mixed" rule (dot when widths match, else additive) and a learned gate between both."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .additive import AdditiveAttention
+from .base import CrossAttention, Prepared, build_attention, register
+
+
+@register("mixed")
+class MixedAttention(CrossAttention):
+    """Decided once at construction: `dot` (or `scaled_dot`) when Dq == Dk, else `additive`.
+    The inner module is built exactly as `attention=<choice>` would build it, so a mixed run
+    is identical to the run of the mode it picks (same seed, same numbers)."""
+
+    def __init__(
+        self,
+        query_dim: int,
+        key_dim: int,
+        value_dim: int | None = None,
+        attn_dim: int = 512,
+        dot: str = "dot",
+        init: str = "default",
+    ) -> None:
+        super().__init__(query_dim, key_dim, value_dim)
+        if dot not in ("dot", "scaled_dot"):
+            raise ValueError(f"attention.dot must be 'dot' or 'scaled_dot', got '{dot}'")
+        self.choice = dot if query_dim == key_dim else "additive"
+        kw = {"attn_dim": attn_dim} if self.choice == "additive" else {}
+        if init != "default":
+            kw["init"] = init
+        self.inner = build_attention(self.choice, query_dim, key_dim, value_dim, **kw)
+
+    def extra_repr(self) -> str:
+        return f"choice={self.choice}"
+
+    def prepare(self, keys, mask=None, values=None) -> Prepared:
+        return self.inner.prepare(keys, mask, values)
+
+    def forward(self, query, prepared):
+        return self.inner(query, prepared)
+
+
+@register("gated_mixed")
+class GatedMixedAttention(AdditiveAttention):
+    """score = g * scaled_dot(q, W k) + (1 - g) * additive(q, k), g = sigmoid(w^T q + b) per
+    query (per step). `last_gate` holds the mean gate of the last call, for logging."""
+
+    def __init__(
+        self,
+        query_dim: int,
+        key_dim: int,
+        value_dim: int | None = None,
+        attn_dim: int = 512,
+        init: str = "default",
+    ) -> None:
+        super().__init__(query_dim, key_dim, value_dim, attn_dim, init)
+        self.w_dot = nn.Linear(key_dim, query_dim, bias=False)
+        self.gate = nn.Linear(query_dim, 1)
+        self.last_gate: float | None = None
+
+    def _prepare_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        # Both key projections, concatenated so Prepared.map (beam reordering) moves them together.
+        return torch.cat([self.w_key(keys), self.w_dot(keys)], dim=-1)  # (B, N, A + Dq)
+
+    def _scores(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        add_keys, dot_keys = keys.split([self.v.in_features, self.query_dim], dim=-1)
+        additive = super()._scores(query, add_keys)  # (B, T, N)
+        dot = query @ dot_keys.transpose(1, 2) / math.sqrt(self.query_dim)  # (B, T, N)
+        g = torch.sigmoid(self.gate(query))  # (B, T, 1)
+        self.last_gate = g.detach().mean().item()
+        return g * dot + (1 - g) * additive

@@ -1,0 +1,95 @@
+"""torchvision ResNet encoder: images (B, 3, H, W) -> grid features (B, N, C), N = (H/32)*(W/32)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+import torchvision
+from torch import nn
+
+# name -> (builder, weights enum, feature channels)
+ENCODERS = {
+    "resnet18": (torchvision.models.resnet18, torchvision.models.ResNet18_Weights, 512),
+    "resnet34": (torchvision.models.resnet34, torchvision.models.ResNet34_Weights, 512),
+    "resnet50": (torchvision.models.resnet50, torchvision.models.ResNet50_Weights, 2048),
+    "resnet101": (torchvision.models.resnet101, torchvision.models.ResNet101_Weights, 2048),
+    "resnet152": (torchvision.models.resnet152, torchvision.models.ResNet152_Weights, 2048),
+}
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def _check_name(name: str) -> None:
+    if name not in ENCODERS:
+        raise ValueError(f"unknown encoder '{name}'; valid: {', '.join(sorted(ENCODERS))}")
+
+
+def encoder_dim(name: str) -> int:
+    """Channels of the encoder's last stage (the feature width)."""
+    _check_name(name)
+    return ENCODERS[name][2]
+
+
+def _load_pretrained(name: str, weights_path: str | None) -> tuple[dict, str]:
+    """ImageNet weights from `weights_path` or the local torch hub cache; never downloads."""
+    weights = ENCODERS[name][1].DEFAULT
+    candidates = []
+    if weights_path:
+        candidates.append(Path(weights_path).expanduser())
+    cached = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(weights.url)
+    candidates.append(cached)
+    for path in candidates:
+        if path.is_file():
+            stat = path.stat()  # the cache key: which file, and which version of it
+            return torch.load(path, map_location="cpu", weights_only=True), (
+                f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+            )
+    raise FileNotFoundError(
+        f"encoder.pretrained=true but no ImageNet weights for {name} were found (looked in: "
+        f"{', '.join(str(p) for p in candidates)}). Downloads are disabled: copy "
+        f"{os.path.basename(weights.url)} (from {weights.url}) into {cached.parent}, or set "
+        f"encoder.weights_path=/path/to/file.pth, or use encoder.pretrained=false."
+    )
+
+
+class ResNetEncoder(nn.Module):
+    """ResNet trunk without pooling/classifier, returning the last stage as a flattened grid."""
+
+    def __init__(
+        self,
+        name: str = "resnet50",
+        pretrained: bool = False,
+        weights_path: str | None = None,
+        init_seed: int = 0,
+    ) -> None:
+        super().__init__()
+        _check_name(name)
+        builder, _, self.out_dim = ENCODERS[name]
+        # A random encoder is a fixed function of its seed (and torch's init code), so features
+        # cached from it and images captioned later see the same network.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(init_seed)
+            net = builder(weights=None)
+        self.weights_id = f"random-seed{init_seed}-torch{torch.__version__}"
+        if pretrained:
+            state, self.weights_id = _load_pretrained(name, weights_path)
+            net.load_state_dict(state)
+        # Drop avgpool and fc: attention needs the spatial grid.
+        self.trunk = nn.Sequential(*list(net.children())[:-2])
+        self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1), persistent=False)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """images (B, 3, H, W) in [0, 1] -> features (B, N, C)."""
+        x = (images - self.mean) / self.std
+        x = self.trunk(x.contiguous(memory_format=torch.channels_last))  # (B, C, h, w)
+        return x.flatten(2).transpose(1, 2)  # (B, h*w, C)
+
+
+def best_cpu_dtype() -> torch.dtype:
+    """bf16 only where the CPU has AMX tiles; elsewhere bf16 matmuls are slower than fp32."""
+    is_amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    return torch.bfloat16 if is_amx() else torch.float32

@@ -1,0 +1,132 @@
+"""Show-Attend-Tell LSTM decoder: attention at every step, a sigmoid gate on the context,
+initial state from the mean feature, deep output layer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+
+from .attention import Prepared, build_attention
+
+
+@dataclass
+class LSTMState:
+    h: torch.Tensor  # (B, H)
+    c: torch.Tensor  # (B, H)
+    prepared: Prepared
+
+
+class LSTMDecoder(nn.Module):
+    """The query is h_{t-1} (width hidden_dim); keys are the raw features (width feature_dim),
+    so the attention module alone handles the width mismatch. Values are projected to
+    value_dim once per image, not once per step."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        feature_dim: int,
+        attention: dict,
+        embed_dim: int = 512,
+        hidden_dim: int = 512,
+        value_dim: int = 512,
+        dropout: float = 0.3,
+        gate: bool = True,
+    ) -> None:
+        super().__init__()
+        attention = dict(attention)
+        self.embed = nn.Embedding(vocab_size, embed_dim)
+        self.value_proj = nn.Linear(feature_dim, value_dim)
+        self.attention = build_attention(
+            attention.pop("name"), hidden_dim, feature_dim, value_dim, **attention
+        )
+        self.init_h = nn.Linear(feature_dim, hidden_dim)
+        self.init_c = nn.Linear(feature_dim, hidden_dim)
+        self.gate = nn.Linear(hidden_dim, value_dim) if gate else None
+        self.cell = nn.LSTMCell(embed_dim + value_dim, hidden_dim)
+        # Deep output: embedding + L_h h + L_z z, as in Show, Attend and Tell (eq. 7).
+        self.out_h = nn.Linear(hidden_dim, embed_dim)
+        self.out_z = nn.Linear(value_dim, embed_dim, bias=False)
+        self.drop = nn.Dropout(dropout)
+        self.head = nn.Linear(embed_dim, vocab_size)
+
+    def prepare(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> Prepared:
+        """features (B, N, Df) -> keys prepared and values projected, once per image."""
+        return self.attention.prepare(features, mask, values=self.value_proj(features))
+
+    def init_state(self, prepared: Prepared, features: torch.Tensor) -> LSTMState:
+        """h0, c0 from the mean feature over unmasked positions."""
+        if prepared.mask is None:
+            mean = features.mean(1)  # (B, Df)
+        else:
+            m = prepared.mask.unsqueeze(-1).to(features.dtype)
+            mean = (features * m).sum(1) / m.sum(1).clamp_min(1)
+        return LSTMState(torch.tanh(self.init_h(mean)), torch.tanh(self.init_c(mean)), prepared)
+
+    def _advance(self, emb: torch.Tensor, state: LSTMState):
+        """One LSTM step from the embedded token; returns (pre-logit output, state, weights)."""
+        context, weights = self.attention(state.h, state.prepared)  # (B, Dv), (B, N)
+        if self.gate is not None:
+            context = torch.sigmoid(self.gate(state.h)) * context
+        h, c = self.cell(torch.cat([emb, context], dim=-1), (state.h, state.c))
+        out = emb + self.out_h(h) + self.out_z(context)  # (B, E)
+        return out, replace(state, h=h, c=c), weights
+
+    def step(self, tokens: torch.Tensor, state: LSTMState):
+        """tokens (B,) -> logits (B, V), new state, attention weights (B, N)."""
+        out, state, weights = self._advance(self.embed(tokens), state)
+        return self.head(self.drop(out)), state, weights
+
+    def reorder(self, state: LSTMState, index: torch.Tensor) -> LSTMState:
+        """Select batch rows (beam search): every tensor in the state is index_selected."""
+        pick = lambda t: t.index_select(0, index)  # noqa: E731
+        return LSTMState(pick(state.h), pick(state.c), state.prepared.map(pick))
+
+    def forward(
+        self,
+        features: torch.Tensor,
+        tokens: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        lengths: torch.Tensor | None = None,
+        image_index: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher forcing: features (I, N, Df), tokens (B, T) -> logits (B, T, V), weights (B, T, N).
+
+        `image_index` (B,) says which image each caption belongs to (default: caption i <-> image
+        i), so several captions of one image share its prepared keys: key work runs per image.
+        With `lengths` (B,) (steps that matter per row), rows are sorted by length and step t
+        runs only on the rows still going: padding costs nothing. Past a row's length its
+        logits are the head's bias alone and its weights are zero (the loss ignores them).
+        """
+        batch, steps = tokens.shape
+        index = torch.arange(batch, device=tokens.device) if image_index is None else image_index
+        counts = [batch] * steps
+        order = None
+        if lengths is not None:
+            order = lengths.argsort(descending=True)
+            tokens, index = tokens[order], index[order]
+            counts = (lengths[order].unsqueeze(0) > torch.arange(steps).unsqueeze(1)).sum(1).tolist()
+        prepared = self.prepare(features, mask)  # (I, ...) once per image
+        state = self.reorder(self.init_state(prepared, features), index)  # (B, ...) per caption
+        emb = self.embed(tokens)  # (B, T, E)
+        outs, weights = [], []
+        for t, n in enumerate(counts):
+            if n == 0:
+                break
+            if n < state.h.shape[0]:  # the shortest rows are done: drop them (a view, no copy)
+                state = LSTMState(state.h[:n], state.c[:n], state.prepared.map(lambda x: x[:n]))
+            out, state, w = self._advance(emb[:n, t], state)
+            outs.append(nn.functional.pad(out, (0, 0, 0, batch - n)))
+            weights.append(nn.functional.pad(w, (0, 0, 0, batch - n)))
+        pad_t = steps - len(outs)
+        # The vocabulary projection runs once over all steps: one big matmul, not T small ones.
+        logits = self.head(self.drop(torch.stack(outs, 1)))  # (B, T', V)
+        weights = torch.stack(weights, 1)  # (B, T', N)
+        if pad_t:
+            logits = nn.functional.pad(logits, (0, 0, 0, pad_t))
+            weights = nn.functional.pad(weights, (0, 0, 0, pad_t))
+        if order is not None:
+            inverse = order.argsort()
+            logits, weights = logits[inverse], weights[inverse]
+        return logits, weights

@@ -1,0 +1,88 @@
+"""train(cfg) -> metrics: the whole run, callable from train.py, tests and sweeps."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import subprocess
+import time
+from pathlib import Path
+
+import hydra
+import pytorch_lightning as pl
+from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.callbacks import ModelCheckpoint
+
+from .lit import CaptionDataModule, CaptioningModule
+
+log = logging.getLogger(__name__)
+
+# Keys that say where things go or how they are shown, not what is computed.
+_NOT_HASHED = ("paths", "logger", "hydra")
+
+
+def config_hash(cfg: dict) -> str:
+    """sha1 of the resolved config minus paths, logger and hydra."""
+    kept = {k: v for k, v in cfg.items() if k not in _NOT_HASHED}
+    return hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()
+
+
+def git_commit() -> str | None:
+    """HEAD of the repository the code runs from, '+dirty' when it has uncommitted changes."""
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return sha + ("+dirty" if dirty else "")
+
+
+def train(cfg: DictConfig) -> dict:
+    """Prepare data, fit, test the best checkpoint; write results.json and predictions.json."""
+    start = time.time()
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain.pop("hydra", None)
+    out = Path(plain["paths"]["output_dir"])
+    out.mkdir(parents=True, exist_ok=True)
+    pl.seed_everything(plain["seed"], workers=True)
+
+    datamodule = CaptionDataModule(plain["data"], plain["encoder"])
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    module = CaptioningModule(plain, datamodule.vocab.itos)
+    module.model.normalizer.load_state_dict(datamodule.data.normalizer.state_dict())
+
+    checkpoint = ModelCheckpoint(
+        dirpath=out / "checkpoints", filename="best", monitor="val/bleu4", mode="max",
+        save_last=True, auto_insert_metric_name=False,
+    )
+    logger = hydra.utils.instantiate(cfg.logger) if cfg.get("logger") else False
+    trainer: pl.Trainer = hydra.utils.instantiate(
+        cfg.trainer, callbacks=[checkpoint], logger=logger or False
+    )
+    trainer.fit(module, datamodule=datamodule)
+    best = "best" if checkpoint.best_model_path else None  # no validation ran: test as trained
+    test = trainer.test(module, datamodule=datamodule, ckpt_path=best)
+
+    attention = module.model.decoder.attention
+    results = {k: float(v) for k, v in (test[0] if test else {}).items()}
+    results.update(
+        wall_time_s=round(time.time() - start, 2),
+        seed=plain["seed"],
+        config_hash=config_hash(plain),
+        git_commit=git_commit(),
+        params=sum(p.numel() for p in module.model.decoder.parameters()),
+        attention_params=sum(p.numel() for p in attention.parameters()),
+        # What `mixed` decided at construction (equals the name for every other mode).
+        attention_resolved=getattr(attention, "choice", plain["attention"]["name"]),
+        skipped_images=len(datamodule.data.skipped),
+    )
+    if trainer.is_global_zero:
+        (out / "results.json").write_text(json.dumps(results, indent=2))
+        (out / "predictions.json").write_text(json.dumps(module.test_predictions, indent=1))
+        log.info("results: %s", out / "results.json")
+    return results

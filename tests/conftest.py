@@ -1,0 +1,70 @@
+"""Shared fixtures: compose real configs from conf/, shrunk to a tiny model and dataset."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, open_dict
+
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+
+# Keep every cache inside tmp dirs (never the user's home) and wandb offline.
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("MPLCONFIGDIR", "/tmp/captioning-test-mpl")
+
+TINY = [
+    "encoder=resnet18",
+    "encoder.image_size=64",
+    "encoder.batch_size=32",
+    "encoder.num_workers=0",
+    "data.synthetic.num_train=96",
+    "data.synthetic.num_val=12",
+    "data.synthetic.num_test=24",
+    "data.synthetic.image_size=64",
+    "data.batch_size=4",
+    "data.eval_batch_size=16",
+    "decoder.embed_dim=64",
+    "decoder.hidden_dim=64",
+    "decoder.value_dim=32",
+    "optim.optimizer.lr=5e-3",
+    "trainer.max_epochs=3",
+    "trainer.enable_progress_bar=false",
+    "trainer.log_every_n_steps=1",
+    "logger=none",
+]
+
+
+def compose_cfg(overrides: list[str], out_dir: Path, data_dir: Path) -> DictConfig:
+    """Compose conf/train.yaml with overrides; outputs and data go to the given dirs."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose("train", overrides=overrides)
+    GlobalHydra.instance().clear()
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(out_dir)
+        cfg.paths.data_dir = str(data_dir)
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory) -> Path:
+    """One data dir for the session: the tiny dataset and its features are made once."""
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture
+def tiny_cfg(tmp_path, data_dir):
+    """A factory: tiny_cfg('attention=dot', ...) -> composed, shrunk config."""
+
+    def make(*overrides: str) -> DictConfig:
+        cfg = compose_cfg(TINY + list(overrides), tmp_path / "run", data_dir)
+        with open_dict(cfg):
+            if "attn_dim" in cfg.attention:  # only some attention modes have one
+                cfg.attention.attn_dim = 32
+        return cfg
+
+    return make

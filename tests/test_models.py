@@ -1,0 +1,130 @@
+import pytest
+import torch
+
+from captioning.models import ATTENTIONS, build_attention, build_decoder, greedy_decode
+from captioning.models.attention import masked_softmax
+
+DQ, DK, DV = 12, 20, 8
+
+
+@pytest.fixture(params=sorted(ATTENTIONS))
+def attn(request):
+    torch.manual_seed(0)
+    return build_attention(request.param, DQ, DK, DV)
+
+
+def test_shapes_for_both_query_shapes(attn):
+    keys, values = torch.randn(3, 5, DK), torch.randn(3, 5, DV)
+    prep = attn.prepare(keys, values=values)
+    ctx, w = attn(torch.randn(3, DQ), prep)
+    assert ctx.shape == (3, DV) and w.shape == (3, 5)
+    ctx, w = attn(torch.randn(3, 4, DQ), prep)
+    assert ctx.shape == (3, 4, DV) and w.shape == (3, 4, 5)
+    assert torch.allclose(w.sum(-1), torch.ones(3, 4), atol=1e-6) and (w >= 0).all()
+
+
+def test_masked_positions_get_zero_weight(attn):
+    keys, values = torch.randn(2, 6, DK), torch.randn(2, 6, DV)
+    mask = torch.tensor([[1, 1, 0, 1, 0, 1], [1, 0, 0, 0, 0, 0]], dtype=torch.bool)
+    ctx, w = attn(torch.randn(2, 3, DQ), attn.prepare(keys, mask, values))
+    assert (w[~mask[:, None, :].expand_as(w)] == 0).all()
+    assert torch.allclose(w.sum(-1), torch.ones(2, 3), atol=1e-6)
+    assert torch.allclose(w[1], torch.eye(6)[0].expand(3, 6))  # one visible position takes all
+
+
+def test_batch_of_one_and_single_position(attn):
+    ctx, w = attn(torch.randn(1, DQ), attn.prepare(torch.randn(1, 1, DK), values=torch.randn(1, 1, DV)))
+    assert ctx.shape == (1, DV) and torch.allclose(w, torch.ones(1, 1))
+
+
+def test_every_parameter_gets_gradient(attn):
+    keys, values = torch.randn(4, 7, DK), torch.randn(4, 7, DV)
+    ctx, _ = attn(torch.randn(4, 3, DQ), attn.prepare(keys, values=values))
+    (ctx * torch.randn_like(ctx)).sum().backward()
+    for name, p in attn.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_steps_equal_all_at_once(attn):
+    """Prepared once and queried step by step == one call with all T queries."""
+    keys, values, q = torch.randn(2, 5, DK), torch.randn(2, 5, DV), torch.randn(2, 4, DQ)
+    prep = attn.prepare(keys, values=values)
+    full, w_full = attn(q, prep)
+    for t in range(4):
+        ctx, w = attn(q[:, t], prep)
+        assert torch.allclose(ctx, full[:, t], atol=1e-5) and torch.allclose(w, w_full[:, t], atol=1e-6)
+
+
+def test_unknown_names_list_valid_ones():
+    with pytest.raises(ValueError, match="valid: .*additive.*dot"):
+        build_attention("nonsense", 4, 4)
+    with pytest.raises(ValueError, match="valid: lstm"):
+        build_decoder({"name": "gru"}, 10, 8, {"name": "dot"})
+
+
+def test_dot_needs_projection_when_widths_differ():
+    with pytest.raises(ValueError, match="query_dim == key_dim"):
+        build_attention("dot", 4, 8, project="none")
+    assert build_attention("dot", 8, 8).proj is None
+
+
+def test_masked_softmax_all_masked_row_is_zero():
+    w = masked_softmax(torch.randn(1, 2, 3), torch.zeros(1, 3, dtype=torch.bool))
+    assert (w == 0).all()
+
+
+@pytest.mark.parametrize("name", ["additive", "dot"])
+def test_lstm_decoder_step_matches_teacher_forcing(name):
+    torch.manual_seed(0)
+    dec = build_decoder({"name": "lstm", "embed_dim": 16, "hidden_dim": 24, "value_dim": 8},
+                        30, 40, {"name": name}).eval()
+    feats, tokens = torch.randn(3, 6, 40), torch.randint(0, 30, (3, 5))
+    logits, weights = dec(feats, tokens)
+    assert logits.shape == (3, 5, 30) and weights.shape == (3, 5, 6)
+    state = dec.init_state(dec.prepare(feats), feats)
+    for t in range(5):
+        step_logits, state, w = dec.step(tokens[:, t], state)
+        assert torch.allclose(step_logits, logits[:, t], atol=1e-5)
+    # reorder picks rows of every state tensor (beam search relies on it)
+    idx = torch.tensor([2, 0])
+    re = dec.reorder(state, idx)
+    assert torch.equal(re.h, state.h[idx]) and torch.equal(re.prepared.keys, state.prepared.keys[idx])
+
+
+def test_greedy_decode_stops_at_eos_and_pads():
+    torch.manual_seed(0)
+    dec = build_decoder({"name": "lstm", "embed_dim": 8, "hidden_dim": 8, "value_dim": 8},
+                        10, 6, {"name": "dot"}).eval()
+    with torch.no_grad():
+        dec.head.bias.fill_(-100)
+        dec.head.bias[2] = 100  # <eos> always wins
+    tokens, weights = greedy_decode(dec, torch.randn(4, 3, 6), bos=1, eos=2, max_len=7)
+    assert tokens.shape == (4, 1) and (tokens == 2).all() and weights.shape == (4, 1, 3)
+
+
+def test_shrinking_batch_equals_padded_forward():
+    """Skipping padded steps (rows sorted by length) changes nothing where it matters."""
+    torch.manual_seed(0)
+    dec = build_decoder({"name": "lstm", "embed_dim": 16, "hidden_dim": 16, "value_dim": 8},
+                        20, 12, {"name": "additive", "attn_dim": 8}).eval()
+    feats, tokens = torch.randn(4, 5, 12), torch.randint(1, 20, (4, 7))
+    lengths = torch.tensor([3, 7, 1, 5])
+    full, w_full = dec(feats, tokens)
+    short, w_short = dec(feats, tokens, lengths=lengths)
+    for i, n in enumerate(lengths.tolist()):
+        assert torch.allclose(full[i, :n], short[i, :n], atol=1e-5)
+        assert torch.allclose(w_full[i, :n], w_short[i, :n], atol=1e-6)
+        assert (w_short[i, n:] == 0).all()
+
+
+def test_captions_sharing_an_image_equal_repeated_features():
+    """image_index: keys prepared once per image give what repeating the features would."""
+    torch.manual_seed(0)
+    dec = build_decoder({"name": "lstm", "embed_dim": 16, "hidden_dim": 16, "value_dim": 8},
+                        20, 12, {"name": "dot"}).eval()
+    feats, tokens = torch.randn(2, 5, 12), torch.randint(1, 20, (5, 6))
+    index, lengths = torch.tensor([0, 0, 1, 1, 1]), torch.tensor([6, 2, 4, 6, 3])
+    shared, _ = dec(feats, tokens, lengths=lengths, image_index=index)
+    repeated, _ = dec(feats[index], tokens)
+    for i, n in enumerate(lengths.tolist()):
+        assert torch.allclose(shared[i, :n], repeated[i, :n], atol=1e-5)

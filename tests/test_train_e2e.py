@@ -1,0 +1,82 @@
+"""End to end on a tiny dataset and model: train -> checkpoint -> results -> load -> decode."""
+
+import json
+
+import pytest
+import torch
+
+from captioning import load_checkpoint
+from captioning.data.datasets import EvalImages
+from captioning.data.prepare import prepare_data
+from captioning.models import ATTENTIONS, greedy_decode
+from captioning.training import train
+
+RESULT_KEYS = {
+    "test/bleu1", "test/bleu2", "test/bleu3", "test/bleu4", "test/attr_acc",
+    "test/attr_acc_colour", "test/attr_acc_shape", "test/attr_acc_size", "test/attr_acc_position",
+    "wall_time_s", "seed", "config_hash", "git_commit", "params",
+}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, data_dir):
+    from conftest import TINY, compose_cfg
+
+    out = tmp_path_factory.mktemp("run")
+    cfg = compose_cfg(TINY + ["logger=csv", "attention.attn_dim=32"], out, data_dir)
+    return cfg, train(cfg), out
+
+
+def test_results_json_and_predictions(trained):
+    cfg, results, out = trained
+    saved = json.loads((out / "results.json").read_text())
+    assert RESULT_KEYS <= saved.keys()
+    assert saved == results
+    assert all(0.0 <= saved[f"test/bleu{n}"] <= 1.0 for n in range(1, 5))
+    assert saved["test/bleu1"] > 0.2, "three epochs learn at least the frequent words"
+    preds = json.loads((out / "predictions.json").read_text())
+    assert len(preds) == cfg.data.synthetic.num_test
+    assert {"image_id", "caption"} == set(preds[0])
+    assert (out / "csv" / "metrics.csv").is_file()
+
+
+def test_checkpoint_is_plain_data_and_round_trips(trained, data_dir):
+    cfg, results, out = trained
+    for name in ("best.ckpt", "last.ckpt"):
+        ckpt = torch.load(out / "checkpoints" / name, map_location="cpu", weights_only=True)
+        hp = ckpt["hyper_parameters"]
+        assert set(hp) == {"format_version", "cfg", "vocab"}
+        assert isinstance(hp["cfg"], dict) and isinstance(hp["vocab"], list)
+    model, vocab, loaded_cfg = load_checkpoint(out / "checkpoints" / "best.ckpt")
+    assert loaded_cfg["attention"]["name"] == "additive"
+    # Decoding the test split with the loaded model reproduces the run's predictions.
+    data = prepare_data(loaded_cfg["data"], loaded_cfg["encoder"], vocab)
+    test = EvalImages(data, "test")
+    feats = data.features[test.indices].float()
+    tokens, _ = greedy_decode(model.decoder, feats, vocab.bos, vocab.eos, loaded_cfg["decode"]["max_len"])
+    captions = [" ".join(vocab.decode(t)) for t in tokens.tolist()]
+    preds = json.loads((out / "predictions.json").read_text())
+    assert captions == [p["caption"] for p in preds]
+
+
+def test_same_seed_same_metrics(tiny_cfg, tmp_path):
+    a = train(tiny_cfg("attention=dot", "trainer.max_epochs=1"))
+    b = train(tiny_cfg("attention=dot", "trainer.max_epochs=1"))
+    metrics = lambda r: {k: v for k, v in r.items() if k.startswith("test/")}  # noqa: E731
+    assert metrics(a) == metrics(b) and a["config_hash"] == b["config_hash"]
+
+
+def test_blind_flag_zeroes_features(tiny_cfg):
+    cfg = tiny_cfg("data.blind=true")
+    data = prepare_data(dict(cfg.data), dict(cfg.encoder))
+    assert data.features.abs().max() == 0
+
+
+@pytest.mark.parametrize("name", sorted(ATTENTIONS))
+def test_every_attention_mode_trains(tiny_cfg, name):
+    results = train(tiny_cfg(f"attention={name}", "trainer.max_epochs=1"))
+    assert 0.0 <= results["test/bleu4"] <= 1.0
+    assert results["test/attn_entropy"] >= 0.0 and 0.0 < results["test/attn_max"] <= 1.0
+    assert results["attention_resolved"] == ("additive" if name == "mixed" else name)
+    if name == "gated_mixed":
+        assert 0.0 < results["test/attn_gate"] < 1.0
