@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from .lit import CaptionDataModule, CaptioningModule
+from .models.attention import CrossAttention
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,9 @@ def train(cfg: DictConfig) -> dict:
     best = "best" if checkpoint.best_model_path else None  # no validation ran: test as trained
     test = trainer.test(module, datamodule=datamodule, ckpt_path=best)
 
-    attention = module.model.decoder.attention
+    attention = module.model.decoder.attention  # the (last) cross-attention
+    cross = [m for m in module.model.decoder.modules() if isinstance(m, CrossAttention)]
+    inner = {id(c) for m in cross for c in m.modules() if c is not m}  # e.g. inside `mixed`
     results = {k: float(v) for k, v in (test[0] if test else {}).items()}
     results.update(
         wall_time_s=round(time.time() - start, 2),
@@ -76,7 +79,7 @@ def train(cfg: DictConfig) -> dict:
         config_hash=config_hash(plain),
         git_commit=git_commit(),
         params=sum(p.numel() for p in module.model.decoder.parameters()),
-        attention_params=sum(p.numel() for p in attention.parameters()),
+        attention_params=sum(p.numel() for m in cross if id(m) not in inner for p in m.parameters()),
         # What `mixed` decided at construction (equals the name for every other mode).
         attention_resolved=getattr(attention, "choice", plain["attention"]["name"]),
         skipped_images=len(datamodule.data.skipped),

@@ -27,9 +27,6 @@ TINY = [
     "data.synthetic.image_size=64",
     "data.batch_size=4",
     "data.eval_batch_size=16",
-    "decoder.embed_dim=64",
-    "decoder.hidden_dim=64",
-    "decoder.value_dim=32",
     "optim.optimizer.lr=5e-3",
     "trainer.max_epochs=3",
     "trainer.enable_progress_bar=false",
@@ -50,6 +47,21 @@ def compose_cfg(overrides: list[str], out_dir: Path, data_dir: Path) -> DictConf
     return cfg
 
 
+TINY_DECODERS = {
+    "lstm": {"embed_dim": 64, "hidden_dim": 64, "value_dim": 32},
+    "transformer": {"d_model": 64, "num_layers": 1, "num_heads": 4, "ff_dim": 128},
+}
+
+
+def shrink(cfg: DictConfig) -> DictConfig:
+    """Tiny widths for whichever decoder and attention the config picked."""
+    with open_dict(cfg):
+        cfg.decoder.update(TINY_DECODERS[cfg.decoder.name])
+        if "attn_dim" in cfg.attention:  # only some attention modes have one
+            cfg.attention.attn_dim = 32
+    return cfg
+
+
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory) -> Path:
     """One data dir for the session: the tiny dataset and its features are made once."""
@@ -61,10 +73,6 @@ def tiny_cfg(tmp_path, data_dir):
     """A factory: tiny_cfg('attention=dot', ...) -> composed, shrunk config."""
 
     def make(*overrides: str) -> DictConfig:
-        cfg = compose_cfg(TINY + list(overrides), tmp_path / "run", data_dir)
-        with open_dict(cfg):
-            if "attn_dim" in cfg.attention:  # only some attention modes have one
-                cfg.attention.attn_dim = 32
-        return cfg
+        return shrink(compose_cfg(TINY + list(overrides), tmp_path / "run", data_dir))
 
     return make

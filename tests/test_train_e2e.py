@@ -20,10 +20,10 @@ RESULT_KEYS = {
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, data_dir):
-    from conftest import TINY, compose_cfg
+    from conftest import TINY, compose_cfg, shrink
 
     out = tmp_path_factory.mktemp("run")
-    cfg = compose_cfg(TINY + ["logger=csv", "attention.attn_dim=32"], out, data_dir)
+    cfg = shrink(compose_cfg(TINY + ["logger=csv"], out, data_dir))
     return cfg, train(cfg), out
 
 
@@ -72,9 +72,10 @@ def test_blind_flag_zeroes_features(tiny_cfg):
     assert data.features.abs().max() == 0
 
 
+@pytest.mark.parametrize("decoder", ["lstm", "transformer"])
 @pytest.mark.parametrize("name", sorted(ATTENTIONS))
-def test_every_attention_mode_trains(tiny_cfg, name):
-    results = train(tiny_cfg(f"attention={name}", "trainer.max_epochs=1"))
+def test_every_attention_mode_trains(tiny_cfg, name, decoder):
+    results = train(tiny_cfg(f"attention={name}", f"decoder={decoder}", "trainer.max_epochs=1"))
     assert 0.0 <= results["test/bleu4"] <= 1.0
     assert results["test/attn_entropy"] >= 0.0 and 0.0 < results["test/attn_max"] <= 1.0
     assert results["attention_resolved"] == ("additive" if name == "mixed" else name)

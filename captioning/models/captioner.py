@@ -7,8 +7,9 @@ from torch import nn
 
 from .decoding import greedy_decode
 from .lstm import LSTMDecoder
+from .transformer import TransformerDecoder
 
-DECODERS = {"lstm": LSTMDecoder}
+DECODERS = {"lstm": LSTMDecoder, "transformer": TransformerDecoder}
 
 
 def build_decoder(cfg: dict, vocab_size: int, feature_dim: int, attention: dict) -> nn.Module:

@@ -1,0 +1,187 @@
+"""Pre-norm Transformer decoder: causal self-attention (with a key/value cache for incremental
+decoding), cross-attention from the attention registry over the image grid, MLP."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import Prepared, build_attention
+
+
+@dataclass
+class TransformerState:
+    prepared: list[Prepared]  # per layer: cross-attention keys/values, once per image
+    keys: list[torch.Tensor]  # per layer: (B, H, t, dh) self-attention cache
+    values: list[torch.Tensor]
+    tokens: torch.Tensor  # (B, t) tokens so far (the uncached path re-runs them)
+
+    def map(self, fn) -> TransformerState:
+        return TransformerState(
+            [p.map(fn) for p in self.prepared], [fn(k) for k in self.keys],
+            [fn(v) for v in self.values], fn(self.tokens),
+        )
+
+
+class SelfAttention(nn.Module):
+    """Causal multi-head scaled dot-product attention over the caption so far."""
+
+    def __init__(self, d_model: int, num_heads: int, dropout: float) -> None:
+        super().__init__()
+        self.h, self.dh = num_heads, d_model // num_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+        self.dropout = dropout
+
+    def forward(self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor] | None = None):
+        """x (B, T, D) -> (B, T, D), (k, v) each (B, H, T_total, dh). With a cache, x holds only
+        the new positions and attends to everything cached before them."""
+        b, t, _ = x.shape
+        q, k, v = (z.view(b, t, self.h, self.dh).transpose(1, 2) for z in self.qkv(x).chunk(3, -1))
+        if cache is not None:
+            k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)
+        # One new query attends to all cached keys: no mask. T queries at once: causal.
+        y = F.scaled_dot_product_attention(
+            q, k, v, is_causal=cache is None and t > 1, dropout_p=self.dropout if self.training else 0.0
+        )  # (B, H, T, dh)
+        return self.out(y.transpose(1, 2).reshape(b, t, -1)), (k, v)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, d_model: int, num_heads: int, ff_dim: int, dropout: float,
+                 key_dim: int, attention: dict) -> None:
+        super().__init__()
+        attention = dict(attention)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
+        self.self_attn = SelfAttention(d_model, num_heads, dropout)
+        # Values are projected to d_model once per image; keys stay at their own width so the
+        # attention module itself handles Dq != Dk.
+        self.value_proj = nn.Linear(key_dim, d_model)
+        self.cross = build_attention(attention.pop("name"), d_model, key_dim, d_model, **attention)
+        self.mlp = nn.Sequential(
+            nn.Linear(d_model, ff_dim), nn.GELU(), nn.Linear(ff_dim, d_model), nn.Dropout(dropout)
+        )
+        self.drop = nn.Dropout(dropout)
+
+    def prepare(self, features: torch.Tensor, mask: torch.Tensor | None) -> Prepared:
+        return self.cross.prepare(features, mask, values=self.value_proj(features))
+
+    def forward(self, x, prepared, cache=None):
+        """x (B, T, D) -> x, new (k, v) cache, cross-attention weights (B, T, N)."""
+        y, kv = self.self_attn(self.norm1(x), cache)
+        x = x + self.drop(y)
+        y, weights = self.cross(self.norm2(x), prepared)  # (B, T, D), (B, T, N)
+        x = x + self.drop(y)
+        return x + self.mlp(self.norm3(x)), kv, weights
+
+
+class TransformerDecoder(nn.Module):
+    """Same decoding API as the LSTM (prepare / init_state / step / reorder / forward).
+    Returned attention weights are the last layer's cross-attention."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        feature_dim: int,
+        attention: dict,
+        d_model: int = 512,
+        num_layers: int = 3,
+        num_heads: int = 8,
+        ff_dim: int = 2048,
+        dropout: float = 0.1,
+        positions: str = "learned",
+        max_len: int = 64,
+        tie_embeddings: bool = True,
+        project_features: bool = False,
+        use_cache: bool = True,
+    ) -> None:
+        super().__init__()
+        if d_model % num_heads:
+            raise ValueError(f"decoder.d_model={d_model} must be divisible by num_heads={num_heads}")
+        self.d_model, self.max_len, self.use_cache = d_model, max_len, use_cache
+        self.embed = nn.Embedding(vocab_size, d_model)
+        if positions == "learned":
+            self.pos = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
+        elif positions == "sinusoidal":
+            pos = torch.arange(max_len).unsqueeze(1)
+            freq = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+            table = torch.zeros(max_len, d_model)
+            table[:, 0::2], table[:, 1::2] = torch.sin(pos * freq), torch.cos(pos * freq)
+            self.register_buffer("pos", table, persistent=False)
+        else:
+            raise ValueError(f"decoder.positions must be 'learned' or 'sinusoidal', got '{positions}'")
+        # project_features=true maps the grid to d_model first (matched widths everywhere).
+        self.feature_proj = nn.Linear(feature_dim, d_model) if project_features else None
+        key_dim = d_model if project_features else feature_dim
+        self.layers = nn.ModuleList(
+            DecoderLayer(d_model, num_heads, ff_dim, dropout, key_dim, attention)
+            for _ in range(num_layers)
+        )
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size)
+        if tie_embeddings:
+            self.head.weight = self.embed.weight
+        self.drop = nn.Dropout(dropout)
+
+    @property
+    def attention(self) -> nn.Module:
+        """The last layer's cross-attention (what diagnostics report)."""
+        return self.layers[-1].cross
+
+    def _embed(self, tokens: torch.Tensor, start: int) -> torch.Tensor:
+        t = tokens.shape[1]
+        if start + t > self.max_len:
+            raise ValueError(f"caption of {start + t} tokens exceeds decoder.max_len={self.max_len}")
+        return self.drop(self.embed(tokens) * math.sqrt(self.d_model) + self.pos[start : start + t])
+
+    def prepare(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> list[Prepared]:
+        """Per-layer cross-attention keys/values, once per image."""
+        if self.feature_proj is not None:
+            features = self.feature_proj(features)
+        return [layer.prepare(features, mask) for layer in self.layers]
+
+    def init_state(self, prepared: list[Prepared], features: torch.Tensor) -> TransformerState:
+        b = features.shape[0]
+        empty = features.new_zeros(b, self.layers[0].self_attn.h, 0, self.layers[0].self_attn.dh)
+        n = len(self.layers)
+        tokens = torch.zeros(b, 0, dtype=torch.long, device=features.device)
+        return TransformerState(prepared, [empty] * n, [empty] * n, tokens)
+
+    def _run(self, tokens, prepared, start=0, caches=None):
+        """tokens (B, T) at positions start.. -> hidden (B, T, D), caches, last weights."""
+        x = self._embed(tokens, start)
+        new_caches = []
+        for i, layer in enumerate(self.layers):
+            x, kv, weights = layer(x, prepared[i], None if caches is None else caches[i])
+            new_caches.append(kv)
+        return self.norm(x), new_caches, weights
+
+    def step(self, tokens: torch.Tensor, state: TransformerState):
+        """tokens (B,) -> logits (B, V), state, weights (B, N). With use_cache the step costs
+        O(current length); without it the whole prefix is re-run (the reference path)."""
+        history = torch.cat([state.tokens, tokens.unsqueeze(1)], 1)  # (B, t+1)
+        if self.use_cache:
+            start = state.tokens.shape[1]
+            caches = list(zip(state.keys, state.values))
+            x, new, weights = self._run(tokens.unsqueeze(1), state.prepared, start, caches)
+        else:
+            x, new, weights = self._run(history, state.prepared)
+        state = TransformerState(state.prepared, [k for k, _ in new], [v for _, v in new], history)
+        return self.head(x[:, -1]), state, weights[:, -1]
+
+    def reorder(self, state: TransformerState, index: torch.Tensor) -> TransformerState:
+        return state.map(lambda t: t.index_select(0, index))
+
+    def forward(self, features, tokens, mask=None, lengths=None, image_index=None):
+        """Teacher forcing: features (I, N, Df), tokens (B, T) -> logits (B, T, V), weights
+        (B, T, N). Causal masking makes right-padding harmless to the real positions, so
+        `lengths` is accepted for API parity and not needed."""
+        prepared = self.prepare(features, mask)
+        if image_index is not None:  # captions share their image's prepared keys
+            prepared = [p.map(lambda t: t.index_select(0, image_index)) for p in prepared]
+        x, _, weights = self._run(tokens, prepared)
+        return self.head(x), weights

@@ -1,0 +1,75 @@
+import pytest
+import torch
+
+from captioning.models import ATTENTIONS, build_decoder, greedy_decode
+
+V, DF = 23, 40
+
+
+def _decoder(attention="scaled_dot", **kw):
+    torch.manual_seed(0)
+    cfg = {"name": "transformer", "d_model": 32, "num_layers": 2, "num_heads": 4, "ff_dim": 64,
+           "dropout": 0.0, **kw}
+    return build_decoder(cfg, V, DF, {"name": attention}).eval()
+
+
+def test_causal_a_later_token_does_not_change_earlier_outputs():
+    dec = _decoder()
+    feats, tokens = torch.randn(2, 9, DF), torch.randint(0, V, (2, 6))
+    changed = tokens.clone()
+    changed[:, 4] = (changed[:, 4] + 1) % V
+    a, _ = dec(feats, tokens)
+    b, _ = dec(feats, changed)
+    assert torch.allclose(a[:, :4], b[:, :4], atol=1e-5)
+    assert not torch.allclose(a[:, 4], b[:, 4])
+
+
+def test_padding_content_does_not_change_real_positions():
+    dec = _decoder()
+    feats, tokens = torch.randn(2, 9, DF), torch.randint(1, V, (2, 7))
+    padded = tokens.clone()
+    padded[0, 3:] = 0  # row 0 has length 3; whatever follows must not matter
+    a, _ = dec(feats, tokens)
+    b, _ = dec(feats, padded, lengths=torch.tensor([3, 7]))
+    assert torch.allclose(a[0, :3], b[0, :3], atol=1e-5) and torch.allclose(a[1], b[1], atol=1e-5)
+
+
+@pytest.mark.parametrize("positions", ["learned", "sinusoidal"])
+def test_cached_decoding_equals_full_forward(positions):
+    dec = _decoder(positions=positions)
+    feats = torch.randn(3, 9, DF)
+    cached, w_cached = greedy_decode(dec, feats, bos=1, eos=2, max_len=12)
+    dec.use_cache = False
+    uncached, w_uncached = greedy_decode(dec, feats, bos=1, eos=2, max_len=12)
+    assert torch.equal(cached, uncached)
+    assert torch.allclose(w_cached, w_uncached, atol=1e-5)
+    # and step-by-step logits equal the teacher-forced forward on the same tokens
+    dec.use_cache = True
+    tokens = torch.cat([torch.ones(3, 1, dtype=torch.long), cached[:, :-1]], 1)
+    full, _ = dec(feats, tokens)
+    state = dec.init_state(dec.prepare(feats), feats)
+    for t in range(tokens.shape[1]):
+        logits, state, _ = dec.step(tokens[:, t], state)
+        assert torch.allclose(logits, full[:, t], atol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(ATTENTIONS))
+def test_every_attention_mode_as_cross_attention(name):
+    torch.manual_seed(0)
+    dec = build_decoder({"name": "transformer", "d_model": 32, "num_layers": 2, "num_heads": 4,
+                         "ff_dim": 64}, V, DF, {"name": name})
+    feats, tokens = torch.randn(2, 16, DF), torch.randint(0, V, (5, 7))  # T > 1 queries
+    logits, weights = dec(feats, tokens, image_index=torch.tensor([0, 0, 1, 1, 1]))
+    assert logits.shape == (5, 7, V) and weights.shape == (5, 7, 16)
+    assert torch.allclose(weights.sum(-1), torch.ones(5, 7), atol=1e-5)
+    logits.sum().backward()
+
+
+def test_project_features_and_reorder():
+    dec = _decoder(project_features=True)
+    assert dec.layers[0].cross.key_dim == 32
+    feats = torch.randn(3, 4, DF)
+    state = dec.init_state(dec.prepare(feats), feats)
+    _, state, _ = dec.step(torch.ones(3, dtype=torch.long), state)
+    re = dec.reorder(state, torch.tensor([2, 2, 0]))
+    assert torch.equal(re.keys[0][0], state.keys[0][2]) and re.tokens.shape == (3, 1)
