@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from captioning.models import build_decoder
+from captioning.models import beam_search, build_decoder
 
 
 @torch.no_grad()
@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--vocab", type=int, default=10000)
     p.add_argument("--tokens", type=int, default=20)
     p.add_argument("--attention", default="additive")
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--beam-batch", type=int, default=64, help="images for the beam comparison")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
@@ -81,15 +83,32 @@ def main(argv: list[str] | None = None) -> dict:
             t = timed(lambda: decode_steps(dec, features, args.tokens), args.warmup, args.repeats)
             t["images_per_s"] = args.batch / t["median_s"]
             results["decode"][f"greedy_{name}{suffix}"] = t
+        # Beam search: one batched call vs the same function once per image. <eos> is banned so
+        # every hypothesis runs the full length and both sides do the same number of steps.
+        beam_feats = torch.randn(args.beam_batch, args.grid**2, args.feature_dim, device=device)
+        search = lambda f: beam_search(dec, f, 1, 2, args.beam, args.tokens, banned=(2,))  # noqa: E731
+        batched = timed(lambda: search(beam_feats), args.warmup, args.repeats)
+        one_by_one = timed(
+            lambda: [search(beam_feats[i : i + 1]) for i in range(args.beam_batch)], 0, 1
+        )
+        tag = f"beam{args.beam}_{name}"
+        for key, t in ((tag, batched), (f"{tag}_per_image", one_by_one)):
+            t["images_per_s"] = args.beam_batch / t["median_s"]
+            results["decode"][key] = t
+        results[f"beam_batching_speedup_{name}"] = one_by_one["median_s"] / batched["median_s"]
     d = results["decode"]
     results["transformer_cache_speedup"] = (
         d["greedy_transformer_nocache"]["median_s"] / d["greedy_transformer"]["median_s"]
     )
-    print(f"| decoding ({args.tokens} tokens, batch {args.batch}, {args.attention}) | images/s | median s |")
+    head = f"decoding ({args.tokens} tokens, batch {args.batch}, beam batch {args.beam_batch})"
+    print(f"| {head} | images/s | median s |")
     print("|---|---:|---:|")
     for key, t in d.items():
         print(f"| {key} | {t['images_per_s']:.1f} | {t['median_s']:.3f} |")
     print(f"Transformer cache speed-up: {results['transformer_cache_speedup']:.2f}x")
+    for name in decoders:
+        print(f"Beam {args.beam} batched vs per image ({name}): "
+              f"{results[f'beam_batching_speedup_{name}']:.1f}x")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -66,6 +66,15 @@ def test_same_seed_same_metrics(tiny_cfg, tmp_path):
     assert metrics(a) == metrics(b) and a["config_hash"] == b["config_hash"]
 
 
+@pytest.mark.parametrize("decoder", ["lstm", "transformer"])
+def test_beam_search_in_test_stage(tiny_cfg, decoder):
+    greedy = train(tiny_cfg(f"decoder={decoder}", "trainer.max_epochs=1"))
+    beam = train(tiny_cfg(f"decoder={decoder}", "trainer.max_epochs=1", "decode.beam_size=3",
+                          "decode.alpha=0.5", "decode.block_ngram=3"))
+    assert 0.0 <= beam["test/bleu4"] <= 1.0 and beam["test/attn_entropy"] > 0
+    assert beam["config_hash"] != greedy["config_hash"]  # decoding settings are part of the run
+
+
 def test_blind_flag_zeroes_features(tiny_cfg):
     cfg = tiny_cfg("data.blind=true")
     data = prepare_data(dict(cfg.data), dict(cfg.encoder))

@@ -11,6 +11,7 @@ from ..checkpoint import FORMAT_VERSION
 from ..data.vocab import Vocabulary
 from ..metrics import attribute_accuracy, corpus_bleu_scores
 from ..models.attention import attention_stats
+from ..models.beam import beam_search
 from ..models.captioner import build_captioner
 from ..models.decoding import greedy_decode
 
@@ -45,26 +46,33 @@ class CaptioningModule(pl.LightningModule):
         return loss
 
     def _decode(self, batch: dict) -> None:
-        beam = self.cfg["decode"]["beam_size"]
-        if beam != 1:
-            raise ValueError(f"decode.beam_size={beam}: only greedy (1) is implemented so far")
-        tokens, weights = greedy_decode(
-            self.model.decoder, batch["features"], self.vocab.bos, self.vocab.eos,
-            self.cfg["decode"]["max_len"],
-        )  # (B, L), (B, L, N)
-        # Steps up to and including each caption's <eos>: what the caption actually used.
-        is_eos = (tokens == self.vocab.eos).long()
-        valid = (is_eos.cumsum(1) - is_eos) == 0
-        stats = attention_stats(weights, valid)
+        """Greedy (beam_size 1) or batched beam search; collects words and attention stats."""
+        dec, v = self.cfg["decode"], self.vocab
+        feats = batch["features"]
+        if dec["beam_size"] == 1:
+            tokens, weights = greedy_decode(self.model.decoder, feats, v.bos, v.eos, dec["max_len"])
+            # Steps up to and including each caption's <eos>: what the caption actually used.
+            is_eos = (tokens == v.eos).long()
+            valid = (is_eos.cumsum(1) - is_eos) == 0  # (B, L)
+            ids, stats, count = tokens.tolist(), attention_stats(weights, valid), int(valid.sum())
+        else:
+            hyps = beam_search(
+                self.model.decoder, feats, v.bos, v.eos, dec["beam_size"], dec["max_len"],
+                alpha=dec.get("alpha", 0.0), block_ngram=dec.get("block_ngram", 0),
+                banned=(v.pad, v.bos),
+            )
+            ids = [h[0].tokens for h in hyps]
+            steps = torch.cat([h[0].weights for h in hyps])  # (sum of lengths, N)
+            stats, count = attention_stats(steps), len(steps)
         gate = getattr(self.model.decoder.attention, "last_gate", None)
         if gate is not None:
             stats["attn_gate"] = gate
-        self._attn.append((int(valid.sum()), stats))
-        for i, ids, refs, objs, image_id in zip(
-            batch["index"].tolist(), tokens.tolist(), batch["refs"], batch["objects"], batch["image_id"]
+        self._attn.append((count, stats))
+        for i, words, refs, objs, image_id in zip(
+            batch["index"].tolist(), ids, batch["refs"], batch["objects"], batch["image_id"]
         ):
             self._outputs.append(
-                {"index": i, "hyp": self.vocab.decode(ids), "refs": refs, "objects": objs,
+                {"index": i, "hyp": v.decode(words), "refs": refs, "objects": objs,
                  "image_id": image_id}
             )
 

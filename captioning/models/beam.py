@@ -1,0 +1,122 @@
+"""Batched beam search over the decoder API (prepare / init_state / step / reorder).
+
+Keys are prepared once per image and expanded over its beams; images whose search is over leave
+the batch, so finished work costs nothing. Scores are summed log-probabilities divided by the
+GNMT length penalty ((5 + len) / 6) ** alpha; alpha = 0 ranks by plain log-probability.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # without <bos>, ending with <eos> unless cut at max_len
+    score: float  # length-penalised
+    logprob: float
+    weights: torch.Tensor  # (len, N) attention weights per generated token
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def _blocked(seqs: torch.Tensor, n: int, vocab: int) -> torch.Tensor:
+    """(R, t) sequences -> (R, V) bool: tokens that would repeat an n-gram already in the row."""
+    rows, t = seqs.shape
+    blocked = torch.zeros(rows, vocab, dtype=torch.bool, device=seqs.device)
+    if n < 1 or t < n:
+        return blocked
+    prefix = seqs[:, t - n + 1 :] if n > 1 else seqs[:, :0]  # (R, n-1) the n-gram's start
+    grams = seqs.unfold(1, n, 1)  # (R, t-n+1, n)
+    match = (grams[:, :, : n - 1] == prefix.unsqueeze(1)).all(-1)  # (R, t-n+1)
+    r, g = match.nonzero(as_tuple=True)
+    blocked[r, grams[r, g, n - 1]] = True
+    return blocked
+
+
+@torch.no_grad()
+def beam_search(
+    decoder,
+    features: torch.Tensor,
+    bos: int,
+    eos: int,
+    beam_size: int = 5,
+    max_len: int = 30,
+    alpha: float = 0.0,
+    block_ngram: int = 0,
+    n_best: int = 1,
+    mask: torch.Tensor | None = None,
+    banned: tuple[int, ...] = (),
+) -> list[list[Hypothesis]]:
+    """features (B, N, D) -> per image the n_best hypotheses, best first.
+
+    `banned` token ids (e.g. <pad>, <bos>) are never generated; `block_ngram` = n forbids
+    repeating any n-gram within a hypothesis.
+    """
+    b, k = features.shape[0], beam_size
+    device = features.device
+    prepared = decoder.prepare(features, mask)
+    state = decoder.reorder(
+        decoder.init_state(prepared, features), torch.arange(b, device=device).repeat_interleave(k)
+    )  # rows: image-major, k beams each
+    scores = torch.full((b, k), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # all beams start identical: keep one alive
+    seqs = torch.zeros(b * k, 0, dtype=torch.long, device=device)
+    attn: torch.Tensor | None = None  # (R, t, N)
+    tokens = torch.full((b * k,), bos, dtype=torch.long, device=device)
+    active = list(range(b))  # image ids still searching, in row order
+    finished: list[list[Hypothesis]] = [[] for _ in range(b)]
+    for t in range(max_len):
+        logits, state, w = decoder.step(tokens, state)
+        logp = torch.log_softmax(logits.float(), dim=-1)  # (R, V)
+        vocab = logp.shape[-1]
+        if banned:
+            logp[:, list(banned)] = float("-inf")
+        if block_ngram:
+            logp = logp.masked_fill(_blocked(seqs, block_ngram, vocab), float("-inf"))
+        attn = w.unsqueeze(1) if attn is None else torch.cat([attn, w.unsqueeze(1)], 1)
+        cand = (scores.view(-1, 1) + logp).view(len(active), k * vocab)
+        top_s, top_i = cand.topk(min(2 * k, k * vocab), dim=-1)  # (A, 2k): k survive <eos>
+        top_beam, top_tok = top_i // vocab, top_i % vocab
+        keep_rows, keep_tok, keep_scores, still = [], [], [], []
+        lp_now = length_penalty(t + 1, alpha)
+        best_possible = length_penalty(max_len, alpha)
+        for a, img in enumerate(active):
+            new = []
+            for s, beam, tok in zip(top_s[a].tolist(), top_beam[a].tolist(), top_tok[a].tolist()):
+                if s == float("-inf"):
+                    break
+                row = a * k + beam
+                if tok == eos or t == max_len - 1:  # at max_len every hypothesis is cut
+                    seq = seqs[row].tolist() + [tok]
+                    finished[img].append(Hypothesis(seq, s / lp_now, s, attn[row].cpu()))
+                elif len(new) < k:
+                    new.append((row, tok, s))
+                if len(new) == k and tok != eos:
+                    break
+            done_list = sorted(finished[img], key=lambda h: -h.score)[:k]
+            finished[img] = done_list
+            # Log-probs only fall, so an active beam can at best reach s / lp(max_len) (alpha >= 0).
+            bound = max((s for _, _, s in new), default=float("-inf")) / best_possible
+            if not new or (len(done_list) >= k and done_list[-1].score >= bound):
+                continue
+            new += [(new[0][0], new[0][1], float("-inf"))] * (k - len(new))  # pad dead beams
+            still.append(img)
+            for row, tok, s in new:
+                keep_rows.append(row)
+                keep_tok.append(tok)
+                keep_scores.append(s)
+        if not still:
+            break
+        index = torch.tensor(keep_rows, device=device)
+        state = decoder.reorder(state, index)  # finished images drop out of the batch
+        seqs = torch.cat([seqs[index], torch.tensor(keep_tok, device=device).unsqueeze(1)], 1)
+        attn = attn[index]
+        tokens = torch.tensor(keep_tok, device=device)
+        scores = torch.tensor(keep_scores, device=device).view(len(still), k)
+        active = still
+    return [sorted(f, key=lambda h: -h.score)[:n_best] for f in finished]

@@ -1,0 +1,91 @@
+import itertools
+
+import pytest
+import torch
+
+from captioning.models import build_decoder, greedy_decode
+from captioning.models.beam import beam_search, length_penalty
+
+PAD, BOS, EOS = 0, 1, 2
+
+
+def _decoder(name="lstm", vocab=5):
+    torch.manual_seed(0)
+    cfg = ({"name": "lstm", "embed_dim": 8, "hidden_dim": 8, "value_dim": 8} if name == "lstm" else
+           {"name": "transformer", "d_model": 8, "num_layers": 1, "num_heads": 2, "ff_dim": 16,
+            "dropout": 0.0})
+    dec = build_decoder(cfg, vocab, 6, {"name": "additive", "attn_dim": 8}).eval()
+    with torch.no_grad():  # sharpen the random model so hypotheses differ clearly
+        dec.head.weight.mul_(8)
+    return dec
+
+
+def _exhaustive(dec, feats, max_len, alpha):
+    """Best over every sequence of non-special tokens ending in <eos> or cut at max_len."""
+    vocab = dec.head.out_features
+    words = [w for w in range(vocab) if w not in (PAD, BOS)]
+    best = (float("-inf"), None)
+    for length in range(1, max_len + 1):
+        for seq in itertools.product(words, repeat=length):
+            if EOS in seq[:-1] or (seq[-1] != EOS and length < max_len):
+                continue
+            state = dec.init_state(dec.prepare(feats), feats)
+            tok, logprob = torch.tensor([BOS]), 0.0
+            for w in seq:
+                logits, state, _ = dec.step(tok, state)
+                logprob += torch.log_softmax(logits, -1)[0, w].item()
+                tok = torch.tensor([w])
+            score = logprob / length_penalty(length, alpha)
+            if score > best[0]:
+                best = (score, list(seq))
+    return best
+
+
+@pytest.mark.parametrize("decoder", ["lstm", "transformer"])
+@pytest.mark.parametrize("alpha", [0.0, 0.8])
+def test_beam_equals_exhaustive_search(decoder, alpha):
+    dec = _decoder(decoder)
+    for seed in range(3):
+        feats = torch.randn(1, 4, 6, generator=torch.Generator().manual_seed(seed))
+        score, seq = _exhaustive(dec, feats, max_len=4, alpha=alpha)
+        hyp = beam_search(dec, feats, BOS, EOS, beam_size=27, max_len=4, alpha=alpha,
+                          banned=(PAD, BOS))[0][0]
+        assert hyp.tokens == seq and hyp.score == pytest.approx(score, abs=1e-4)
+
+
+@pytest.mark.parametrize("decoder", ["lstm", "transformer"])
+def test_greedy_equals_beam_one(decoder):
+    dec = _decoder(decoder, vocab=12)
+    feats = torch.randn(6, 4, 6)
+    tokens, weights = greedy_decode(dec, feats, BOS, EOS, max_len=9)
+    hyps = beam_search(dec, feats, BOS, EOS, beam_size=1, max_len=9)
+    for row, w, (hyp,) in zip(tokens.tolist(), weights, hyps):
+        cut = row.index(EOS) + 1 if EOS in row else len(row)
+        assert hyp.tokens == row[:cut]
+        assert torch.allclose(hyp.weights, w[:cut], atol=1e-6)
+
+
+@pytest.mark.parametrize("decoder", ["lstm", "transformer"])
+def test_batched_equals_one_image_at_a_time(decoder):
+    dec = _decoder(decoder, vocab=12)
+    feats = torch.randn(5, 4, 6)
+    batched = beam_search(dec, feats, BOS, EOS, beam_size=4, max_len=10, alpha=0.6, n_best=3)
+    for i in range(5):
+        single = beam_search(dec, feats[i : i + 1], BOS, EOS, beam_size=4, max_len=10, alpha=0.6,
+                             n_best=3)[0]
+        assert [h.tokens for h in single] == [h.tokens for h in batched[i]]
+        for a, b in zip(single, batched[i]):
+            assert a.score == pytest.approx(b.score, abs=1e-5)
+            assert a.weights.shape == (len(a.tokens), 4)
+
+
+def test_ngram_blocking_and_n_best_order():
+    dec = _decoder(vocab=6)
+    hyps = beam_search(dec, torch.randn(3, 4, 6), BOS, EOS, beam_size=5, max_len=12, block_ngram=2,
+                       n_best=5, banned=(PAD, BOS))
+    for image in hyps:
+        assert [h.score for h in image] == sorted((h.score for h in image), reverse=True)
+        for h in image:
+            grams = list(zip(h.tokens, h.tokens[1:]))
+            assert len(grams) == len(set(grams)), h.tokens
+            assert PAD not in h.tokens and BOS not in h.tokens

@@ -1,0 +1,69 @@
+"""Karpathy reader + feature cache + datasets/collate on a hand-made dataset with a corrupt image."""
+
+import json
+import logging
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from captioning.data.datasets import Collate, EvalImages, ImageCaptions
+from captioning.data.karpathy import load_karpathy
+from captioning.data.prepare import prepare_data
+
+ENC = {"name": "resnet18", "image_size": 64, "batch_size": 4, "num_workers": 0,
+       "normalize": "standard"}
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    (tmp_path / "imgs").mkdir()
+    images = []
+    for i, split in enumerate(["train", "train", "restval", "val", "test", "train"]):
+        name = f"{i}.jpg"
+        if i == 5:
+            (tmp_path / "imgs" / name).write_bytes(b"not a jpeg at all")
+        else:
+            arr = np.random.default_rng(i).integers(0, 255, (40, 50, 3), dtype=np.uint8)
+            Image.fromarray(arr).save(tmp_path / "imgs" / name)
+        sentences = [{"raw": f"A Dog runs, number {i}!"}, {"tokens": ["a", "dog"]}]
+        images.append({"filename": name, "filepath": "imgs", "split": split, "imgid": i,
+                       "cocoid": 100 + i, "sentences": sentences[: 1 + i % 2]})
+    path = tmp_path / "dataset_x.json"
+    path.write_text(json.dumps({"images": images}))
+    return path
+
+
+def test_reader_tokenizes_maps_restval_and_ids(dataset):
+    recs = load_karpathy(dataset)
+    assert [r.split for r in recs] == ["train", "train", "train", "val", "test", "train"]
+    assert recs[0].captions == [["a", "dog", "runs", ",", "number", "0", "!"]]
+    assert recs[1].captions[1] == ["a", "dog"] and recs[0].image_id == 100  # cocoid first
+
+
+def test_corrupt_image_is_skipped_counted_and_reported(dataset, tmp_path, caplog):
+    cfg = {"name": "x", "json_path": str(dataset), "cache_dir": str(tmp_path / "cache")}
+    with caplog.at_level(logging.WARNING):
+        data = prepare_data(cfg, ENC)
+    assert data.skipped == [str(tmp_path / "imgs" / "5.jpg")]
+    assert "skipped 1 unreadable image" in caplog.text and "5.jpg" in caplog.text
+    assert len(data.records) == 5 and data.features.shape[:2] == (5, 4)  # 64px -> 2x2 grid
+    # The cache is reused: a second prepare reads the same features.
+    again = prepare_data(cfg, ENC)
+    assert torch.equal(again.features, data.features)
+    assert len(list((tmp_path / "cache").glob("features_*.npy"))) == 1
+
+
+def test_collate_pads_and_points_captions_at_images(dataset, tmp_path):
+    cfg = {"name": "x", "json_path": str(dataset), "cache_dir": str(tmp_path / "cache")}
+    data = prepare_data(cfg, ENC)
+    train = ImageCaptions(data, "train")
+    batch = Collate(data.features, data.vocab.pad)([train[0], train[1]])
+    assert batch["features"].shape == (2, 4, 512)
+    assert batch["image_index"].tolist() == [0, 1, 1]  # image 0 has 1 caption, image 1 two
+    toks = batch["tokens"]
+    assert toks.shape == (3, 9) and (toks[2, 4:] == data.vocab.pad).all()
+    assert (toks[:, 0] == data.vocab.bos).all()
+    ev = Collate(data.features, data.vocab.pad)([EvalImages(data, "test")[0]])
+    assert ev["image_id"] == [104] and "tokens" not in ev
