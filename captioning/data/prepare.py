@@ -68,9 +68,15 @@ def load_records_and_features(data_cfg: dict, enc_cfg: dict):
     return records, feats, valid
 
 
-def prepare_data(data_cfg: dict, enc_cfg: dict, vocab: Vocabulary | None = None) -> PreparedData:
+def prepare_data(
+    data_cfg: dict,
+    enc_cfg: dict,
+    vocab: Vocabulary | None = None,
+    normalizer: FeatureNormalizer | None = None,
+) -> PreparedData:
     """Load (or compute) features, drop and report unreadable images, build the vocabulary
-    from training captions, fit the normaliser on training features and apply it."""
+    from training captions (unless given), fit the normaliser on training features (unless
+    given, e.g. a checkpoint's) and apply it."""
     records, feats, valid = load_records_and_features(data_cfg, enc_cfg)
     skipped = [str(r.path) for r, ok in zip(records, valid) if not ok]
     if skipped:
@@ -88,16 +94,22 @@ def prepare_data(data_cfg: dict, enc_cfg: dict, vocab: Vocabulary | None = None)
         vocab = Vocabulary.build(
             (c for i in train for c in records[i].captions), data_cfg.get("min_word_freq", 1)
         )
-    # Fit on training positions only; at most 100k rows keeps the covariance cheap.
-    rows = raw[train].flatten(0, 1)
+    if normalizer is None:
+        normalizer = _fit(raw[train], data_cfg, enc_cfg)
+    with torch.no_grad():
+        features = torch.cat([normalizer(raw[i : i + 512]).half() for i in range(0, len(raw), 512)])
+    return PreparedData(records, features, vocab, normalizer, skipped)
+
+
+def _fit(train_feats: torch.Tensor, data_cfg: dict, enc_cfg: dict) -> FeatureNormalizer:
+    """The normaliser fitted on training positions (at most 100k rows keep the covariance cheap)."""
+    rows = train_feats.flatten(0, 1)
     rows = rows[torch.randperm(len(rows), generator=torch.Generator().manual_seed(0))[:100_000]]
     mean, transform = fit_normalizer(
         rows, enc_cfg.get("normalize", "pca_whiten"), enc_cfg.get("pca_dim"),
         enc_cfg.get("whiten_eps", 0.0),
     )
-    normalizer = FeatureNormalizer(raw.shape[-1], transform.shape[1], data_cfg.get("blind", False))
+    normalizer = FeatureNormalizer(transform.shape[0], transform.shape[1], data_cfg.get("blind", False))
     normalizer.mean.copy_(mean)
     normalizer.transform.copy_(transform)
-    with torch.no_grad():
-        features = torch.cat([normalizer(raw[i : i + 512]).half() for i in range(0, len(raw), 512)])
-    return PreparedData(records, features, vocab, normalizer, skipped)
+    return normalizer

@@ -11,9 +11,8 @@ from ..checkpoint import FORMAT_VERSION
 from ..data.vocab import Vocabulary
 from ..metrics import attribute_accuracy, corpus_bleu_scores
 from ..models.attention import attention_stats
-from ..models.beam import beam_search
 from ..models.captioner import build_captioner
-from ..models.decoding import greedy_decode
+from ..models.decoding import decode_batch
 
 
 class CaptioningModule(pl.LightningModule):
@@ -47,27 +46,16 @@ class CaptioningModule(pl.LightningModule):
 
     def _decode(self, batch: dict) -> None:
         """Greedy (beam_size 1) or batched beam search; collects words and attention stats."""
-        dec, v = self.cfg["decode"], self.vocab
-        feats = batch["features"]
-        if dec["beam_size"] == 1:
-            tokens, weights = greedy_decode(self.model.decoder, feats, v.bos, v.eos, dec["max_len"])
-            # Steps up to and including each caption's <eos>: what the caption actually used.
-            is_eos = (tokens == v.eos).long()
-            valid = (is_eos.cumsum(1) - is_eos) == 0  # (B, L)
-            ids, stats, count = tokens.tolist(), attention_stats(weights, valid), int(valid.sum())
-        else:
-            hyps = beam_search(
-                self.model.decoder, feats, v.bos, v.eos, dec["beam_size"], dec["max_len"],
-                alpha=dec.get("alpha", 0.0), block_ngram=dec.get("block_ngram", 0),
-                banned=(v.pad, v.bos),
-            )
-            ids = [h[0].tokens for h in hyps]
-            steps = torch.cat([h[0].weights for h in hyps])  # (sum of lengths, N)
-            stats, count = attention_stats(steps), len(steps)
+        v = self.vocab
+        ids, weights = decode_batch(
+            self.model.decoder, batch["features"], v.bos, v.eos, v.pad, self.cfg["decode"]
+        )
+        steps = torch.cat(weights)  # (total generated tokens, N)
+        stats = attention_stats(steps)
         gate = getattr(self.model.decoder.attention, "last_gate", None)
         if gate is not None:
             stats["attn_gate"] = gate
-        self._attn.append((count, stats))
+        self._attn.append((len(steps), stats))
         for i, words, refs, objs, image_id in zip(
             batch["index"].tolist(), ids, batch["refs"], batch["objects"], batch["image_id"]
         ):

@@ -30,3 +30,26 @@ def greedy_decode(
         if bool(done.all()):
             break
     return torch.stack(out, 1), torch.stack(weights, 1)
+
+
+@torch.no_grad()
+def decode_batch(
+    decoder, features: torch.Tensor, bos: int, eos: int, pad: int, cfg: dict
+) -> tuple[list[list[int]], list[torch.Tensor]]:
+    """Decode with the `decode` config (beam_size 1 = greedy): token ids (without <bos>, up to and
+    including <eos>) and each caption's attention weights (len, N), one per image."""
+    if cfg.get("beam_size", 1) == 1:
+        tokens, weights = greedy_decode(decoder, features, bos, eos, cfg.get("max_len", 30))
+        ids, out = [], []
+        for row, w in zip(tokens.tolist(), weights):
+            n = row.index(eos) + 1 if eos in row else len(row)
+            ids.append(row[:n])
+            out.append(w[:n])
+        return ids, out
+    from .beam import beam_search
+
+    hyps = beam_search(
+        decoder, features, bos, eos, cfg["beam_size"], cfg.get("max_len", 30),
+        alpha=cfg.get("alpha", 0.0), block_ngram=cfg.get("block_ngram", 0), banned=(pad, bos),
+    )
+    return [h[0].tokens for h in hyps], [h[0].weights for h in hyps]

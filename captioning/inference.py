@@ -1,0 +1,62 @@
+"""Caption raw image files with a checkpoint: encoder -> normaliser -> decoder (+ figures)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .checkpoint import load_checkpoint
+from .data.features import ImageFiles
+from .data.prepare import build_encoder
+from .models.decoding import decode_batch
+
+
+def _figure_path(attention_map: str | None, image: Path, many: bool) -> Path | None:
+    if not attention_map:
+        return None
+    out = Path(attention_map)
+    return out.with_name(f"{out.stem}_{image.stem}.png") if many else out
+
+
+@torch.no_grad()
+def caption_images(
+    checkpoint: str | Path, image: str | Path, decode: dict | None = None,
+    attention_map: str | None = None, batch_size: int = 16,
+) -> tuple[list[dict], list[tuple[str, str]]]:
+    """-> ([{image, caption, figure}], [(path, why skipped)]). A directory is captioned file by
+    file (sorted); unreadable files are skipped and reported, never fatal."""
+    from .visualize import attention_figure
+
+    model, vocab, cfg = load_checkpoint(checkpoint)
+    settings = {**cfg["decode"], **{k: v for k, v in (decode or {}).items() if v is not None}}
+    image = Path(image)
+    if not image.exists():
+        raise FileNotFoundError(f"image path not found: {image}")
+    many = image.is_dir()
+    paths = sorted(p for p in image.iterdir() if p.is_file()) if many else [image]
+    encoder = build_encoder(cfg["encoder"]).eval()  # the same (seeded or pretrained) network
+    files = ImageFiles(paths, cfg["encoder"]["image_size"])
+    results, skipped = [], []
+    for start in range(0, len(paths), batch_size):
+        items = [files[i] for i in range(start, min(start + batch_size, len(paths)))]
+        ok = [i for i, (_, good) in enumerate(items) if good]
+        for i, (_, good) in enumerate(items):
+            if not good:
+                skipped.append((str(paths[start + i]), "not a readable image"))
+        if not ok:
+            continue
+        pixels = torch.stack([items[i][0] for i in ok])  # (B, 3, H, W) uint8
+        feats = model.normalizer(encoder(pixels.float() / 255))  # (B, N, D)
+        ids, weights = decode_batch(model.decoder, feats, vocab.bos, vocab.eos, vocab.pad, settings)
+        for i, tok, w in zip(ok, ids, weights):
+            path = paths[start + i]
+            words = vocab.decode(tok)
+            fig = _figure_path(attention_map, path, many)
+            if fig is not None:
+                rgb = np.ascontiguousarray(items[i][0].permute(1, 2, 0).numpy())
+                attention_figure(rgb, words, w[: len(words)], fig)
+            results.append({"image": str(path), "caption": " ".join(words),
+                            "figure": str(fig) if fig else None})
+    return results, skipped

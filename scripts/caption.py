@@ -1,0 +1,31 @@
+"""Caption image files with a checkpoint and save attention maps (one panel per word).
+
+    python scripts/caption.py checkpoint=outputs/train/runs/<run>/checkpoints/best.ckpt \\
+        image=data/synthetic/synthetic_<hash>/images/000123.png attention_map=attention.png
+"""
+
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from captioning.inference import caption_images
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="caption")
+def main(cfg: DictConfig) -> None:
+    """Caption every readable image; files that are not images are skipped with a message."""
+    results, skipped = caption_images(
+        cfg.checkpoint, cfg.image, OmegaConf.to_container(cfg.decode), cfg.attention_map
+    )
+    for r in results:
+        extra = f"  -> {r['figure']}" if r.get("figure") else ""
+        print(f"{r['image']}: {r['caption']}{extra}")
+    for path, why in skipped:
+        print(f"skipped {path}: {why}")
+    if not results:
+        raise SystemExit(f"no readable image under {Path(cfg.image)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""Evaluate a checkpoint on a split: predictions.json + metrics.json + a table of nltk and
+coco-caption scores side by side.
+
+    python scripts/evaluate.py checkpoint=outputs/train/runs/<run>/checkpoints/best.ckpt \\
+        split=test decode.beam_size=5 decode.alpha=0.5
+"""
+
+import json
+import logging
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from captioning.evaluation import evaluate_checkpoint
+from captioning.metrics.report import format_table
+
+log = logging.getLogger("evaluate")
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
+def main(cfg: DictConfig) -> None:
+    """Decode, score, write, print."""
+    metrics, predictions, tokenization = evaluate_checkpoint(
+        cfg.checkpoint, cfg.split, OmegaConf.to_container(cfg.decode),
+        OmegaConf.to_container(cfg.data), cfg.tokenizer, cfg.meteor, cfg.batch_size,
+    )
+    beam, alpha = metrics["decode/beam_size"], metrics["decode/alpha"]
+    default = Path(cfg.checkpoint).parent.parent / "eval" / f"{cfg.split}_beam{beam}_alpha{alpha}"
+    out = Path(cfg.output_dir or default)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "predictions.json").write_text(json.dumps(predictions, indent=1))
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    print(format_table(metrics, tokenization, prefix=f"{cfg.split}/"))
+    extra = {k: v for k, v in metrics.items() if "attr_acc" in k}
+    if extra:
+        print("attribute accuracy: " + ", ".join(f"{k.split('/')[-1]} {v:.3f}" for k, v in extra.items()))
+    print(f"decoding: beam {beam}, alpha {alpha}, {metrics['images_per_s']:.1f} images/s "
+          f"({metrics['num_images']} images); written to {out}")
+
+
+if __name__ == "__main__":
+    main()

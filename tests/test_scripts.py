@@ -1,0 +1,124 @@
+"""evaluate.py, score.py and caption.py end to end on a tiny trained checkpoint."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from nltk.translate.bleu_score import corpus_bleu
+from PIL import Image
+from pycocoevalcap.bleu.bleu import Bleu
+
+from captioning import load_checkpoint
+from captioning.data.vocab import tokenize
+from captioning.metrics.report import score_captions
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(script, *args, check=True):
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / script), *args],
+                          capture_output=True, text=True, check=check, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, data_dir):
+    from conftest import TINY, compose_cfg, shrink
+
+    from captioning.training import train
+
+    out = tmp_path_factory.mktemp("run")
+    train(shrink(compose_cfg(TINY, out, data_dir)))
+    return out
+
+
+HYPS = {1: "A red circle, on top!", 2: "", 3: "blue", 4: "Le café crème est là."}
+REFS = {1: ["a red circle at the top", "a red ball on top ."], 2: ["two squares side by side"],
+        3: ["a big blue square in the middle", "blue square"], 4: ["le café crème est là", "un café"]}
+
+
+def test_scores_agree_with_nltk_and_pycocoevalcap_on_the_same_tokens():
+    metrics, tok = score_captions(HYPS, REFS, prefix="", meteor=False)
+    ids = list(HYPS)
+    ref = corpus_bleu([[tokenize(r) for r in REFS[i]] for i in ids], [tokenize(HYPS[i]) for i in ids])
+    assert metrics["bleu4"] == pytest.approx(ref)
+    strip = lambda s: " ".join(w for w in tokenize(s) if w.isalnum() or "'" in w)  # noqa: E731
+    coco, _ = Bleu(4).compute_score({i: [strip(r) for r in REFS[i]] for i in ids},
+                                    {i: [strip(HYPS[i])] for i in ids}, verbose=0)
+    for n in range(4):
+        assert metrics[f"coco_bleu{n + 1}"] == pytest.approx(coco[n])
+    assert "punctuation removed" in tok["coco"]
+
+
+def test_score_script_reads_karpathy_and_coco_references(tmp_path):
+    preds = [{"image_id": i, "caption": c} for i, c in HYPS.items()]
+    (tmp_path / "p.json").write_text(json.dumps(preds))
+    karpathy = {"images": [{"cocoid": i, "split": "test", "filename": f"{i}.jpg",
+                            "sentences": [{"raw": r} for r in REFS[i]]} for i in REFS]}
+    coco = {"annotations": [{"image_id": i, "caption": r} for i in REFS for r in REFS[i]]}
+    (tmp_path / "k.json").write_text(json.dumps(karpathy))
+    (tmp_path / "c.json").write_text(json.dumps(coco))
+    results = []
+    for refs in ("k.json", "c.json"):
+        out = tmp_path / f"m_{refs}"
+        proc = run("score.py", str(tmp_path / "p.json"), str(tmp_path / refs), "--no-meteor",
+                   "--json", str(out))
+        assert "| BLEU-4 |" in proc.stdout and "CIDEr-D" in proc.stdout
+        results.append(json.loads(out.read_text()))
+    assert results[0] == results[1]
+    assert results[0]["bleu4"] == pytest.approx(score_captions(HYPS, REFS, "", meteor=False)[0]["bleu4"])
+    (tmp_path / "bad.json").write_text(json.dumps({"x": 1}))
+    bad = run("score.py", str(tmp_path / "p.json"), str(tmp_path / "bad.json"), check=False)
+    assert bad.returncode != 0 and "neither a Karpathy-split JSON" in bad.stderr
+
+
+def test_evaluate_reproduces_the_run_and_writes_files(run_dir, tmp_path):
+    ckpt = run_dir / "checkpoints" / "best.ckpt"
+    run("evaluate.py", f"checkpoint={ckpt}", f"output_dir={tmp_path / 'greedy'}", "meteor=false")
+    metrics = json.loads((tmp_path / "greedy" / "metrics.json").read_text())
+    results = json.loads((run_dir / "results.json").read_text())
+    for key in ("test/bleu1", "test/bleu4", "test/attr_acc"):  # same decoding, same numbers
+        assert metrics[key] == pytest.approx(results[key], abs=1e-6)
+    preds = json.loads((tmp_path / "greedy" / "predictions.json").read_text())
+    assert preds == json.loads((run_dir / "predictions.json").read_text())
+    proc = run("evaluate.py", f"checkpoint={ckpt}", f"output_dir={tmp_path / 'beam'}",
+               "decode.beam_size=3", "decode.alpha=0.7", "meteor=false")
+    beam = json.loads((tmp_path / "beam" / "metrics.json").read_text())
+    assert beam["decode/beam_size"] == 3 and beam["images_per_s"] > 0
+    assert {"test/coco_bleu4", "test/cider", "test/rouge_l"} <= set(beam)
+    assert "images/s" in proc.stdout and "nltk corpus_bleu" in proc.stdout
+
+
+def test_caption_script_figures_and_skips(run_dir, tmp_path):
+    ckpt = run_dir / "checkpoints" / "best.ckpt"
+    images = tmp_path / "imgs"
+    images.mkdir()
+    for k in range(2):
+        Image.new("RGB", (64, 64), (200, 30 * k, 40)).save(images / f"im{k}.png")
+    (images / "notes.txt").write_text("not an image")
+    proc = run("caption.py", f"checkpoint={ckpt}", f"image={images}",
+               f"attention_map={tmp_path / 'att.png'}")
+    assert "skipped" in proc.stdout and "notes.txt" in proc.stdout
+    lines = [x for x in proc.stdout.splitlines() if x.startswith(str(images / "im"))]
+    assert len(lines) == 2
+    for k, line in enumerate(lines):
+        words = line.split(": ", 1)[1].split("  -> ")[0].split()
+        png = tmp_path / f"att_im{k}.png"
+        width, height = Image.open(png).size
+        rows = math.ceil((len(words) + 1) / 5)  # the input panel + one panel per word, 5 a row
+        assert width == 5 * 2.4 * 80 and height == pytest.approx(rows * 2.6 * 80, abs=1)
+
+
+def test_clear_errors_for_missing_and_incompatible_checkpoints(run_dir, tmp_path):
+    with pytest.raises(FileNotFoundError, match="checkpoint not found"):
+        load_checkpoint(tmp_path / "nope.ckpt")
+    ckpt = torch.load(run_dir / "checkpoints" / "best.ckpt", weights_only=True)
+    ckpt["hyper_parameters"]["format_version"] = 99
+    torch.save(ckpt, tmp_path / "old.ckpt")
+    with pytest.raises(ValueError, match="format 99 is not supported"):
+        load_checkpoint(tmp_path / "old.ckpt")
+    proc = run("caption.py", f"checkpoint={tmp_path / 'nope.ckpt'}", f"image={tmp_path}", check=False)
+    assert proc.returncode != 0 and "checkpoint not found" in proc.stderr
