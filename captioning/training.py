@@ -83,6 +83,7 @@ def train(cfg: DictConfig) -> dict:
         # What `mixed` decided at construction (equals the name for every other mode).
         attention_resolved=getattr(attention, "choice", plain["attention"]["name"]),
         skipped_images=len(datamodule.data.skipped),
+        **{f"decode/{k}": v for k, v in plain["decode"].items()},
     )
     if trainer.is_global_zero:
         (out / "results.json").write_text(json.dumps(results, indent=2))

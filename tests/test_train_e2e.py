@@ -8,13 +8,14 @@ import torch
 from captioning import load_checkpoint
 from captioning.data.datasets import EvalImages
 from captioning.data.prepare import prepare_data
-from captioning.models import ATTENTIONS, greedy_decode
+from captioning.models import ATTENTIONS
+from captioning.models.decoding import decode_batch
 from captioning.training import train
 
 RESULT_KEYS = {
     "test/bleu1", "test/bleu2", "test/bleu3", "test/bleu4", "test/attr_acc",
     "test/attr_acc_colour", "test/attr_acc_shape", "test/attr_acc_size", "test/attr_acc_position",
-    "wall_time_s", "seed", "config_hash", "git_commit", "params",
+    "wall_time_s", "seed", "config_hash", "git_commit", "params", "decode/beam_size", "decode/alpha",
 }
 
 
@@ -53,8 +54,9 @@ def test_checkpoint_is_plain_data_and_round_trips(trained, data_dir):
     data = prepare_data(loaded_cfg["data"], loaded_cfg["encoder"], vocab)
     test = EvalImages(data, "test")
     feats = data.features[test.indices].float()
-    tokens, _ = greedy_decode(model.decoder, feats, vocab.bos, vocab.eos, loaded_cfg["decode"]["max_len"])
-    captions = [" ".join(vocab.decode(t)) for t in tokens.tolist()]
+    assert loaded_cfg["decode"]["beam_size"] == 5  # the test stage's default: beam search
+    ids, _ = decode_batch(model.decoder, feats, vocab.bos, vocab.eos, vocab.pad, loaded_cfg["decode"])
+    captions = [" ".join(vocab.decode(t)) for t in ids]
     preds = json.loads((out / "predictions.json").read_text())
     assert captions == [p["caption"] for p in preds]
 

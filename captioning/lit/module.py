@@ -44,12 +44,10 @@ class CaptioningModule(pl.LightningModule):
         self.log("train/loss", loss, prog_bar=True, batch_size=len(tokens))
         return loss
 
-    def _decode(self, batch: dict) -> None:
+    def _decode(self, batch: dict, settings: dict) -> None:
         """Greedy (beam_size 1) or batched beam search; collects words and attention stats."""
         v = self.vocab
-        ids, weights = decode_batch(
-            self.model.decoder, batch["features"], v.bos, v.eos, v.pad, self.cfg["decode"]
-        )
+        ids, weights = decode_batch(self.model.decoder, batch["features"], v.bos, v.eos, v.pad, settings)
         steps = torch.cat(weights)  # (total generated tokens, N)
         stats = attention_stats(steps)
         gate = getattr(self.model.decoder.attention, "last_gate", None)
@@ -87,13 +85,14 @@ class CaptioningModule(pl.LightningModule):
         return outputs
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self._decode(batch)
+        # Greedy: validation only ranks checkpoints, every epoch, so it must be cheap.
+        self._decode(batch, {**self.cfg["decode"], "beam_size": 1})
 
     def on_validation_epoch_end(self) -> None:
         self._score("val")
 
     def test_step(self, batch: dict, batch_idx: int) -> None:
-        self._decode(batch)
+        self._decode(batch, self.cfg["decode"])
 
     def on_test_epoch_end(self) -> None:
         outputs = self._score("test")
