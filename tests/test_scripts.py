@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -122,3 +123,20 @@ def test_clear_errors_for_missing_and_incompatible_checkpoints(run_dir, tmp_path
         load_checkpoint(tmp_path / "old.ckpt")
     proc = run("caption.py", f"checkpoint={tmp_path / 'nope.ckpt'}", f"image={tmp_path}", check=False)
     assert proc.returncode != 0 and "checkpoint not found" in proc.stderr
+
+
+def test_ddp_two_cpu_processes_gather_every_test_image(data_dir, tmp_path):
+    """Lightning DDP (gloo, 2 processes): each image is decoded and scored exactly once."""
+    from conftest import TINY
+
+    args = [a for a in TINY if not a.startswith("logger=")] + [
+        "trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu", "trainer.max_epochs=1",
+        "decoder.embed_dim=32", "decoder.hidden_dim=32", "logger=csv", "decode.beam_size=2",
+        f"paths.data_dir={data_dir}", f"hydra.run.dir={tmp_path}",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, str(ROOT / "train.py"), *args], check=True, cwd=ROOT, env=env,
+                   capture_output=True, text=True, timeout=600)
+    preds = json.loads((tmp_path / "predictions.json").read_text())
+    assert len(preds) == 24 and len({p["image_id"] for p in preds}) == 24
+    assert json.loads((tmp_path / "results.json").read_text())["decode/beam_size"] == 2
