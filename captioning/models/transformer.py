@@ -104,6 +104,8 @@ class TransformerDecoder(nn.Module):
             raise ValueError(f"decoder.d_model={d_model} must be divisible by num_heads={num_heads}")
         self.d_model, self.max_len, self.use_cache = d_model, max_len, use_cache
         self.embed = nn.Embedding(vocab_size, d_model)
+        # Scaled by sqrt(d) on the way in and tied to the head: unit-variance inputs, O(1) logits.
+        nn.init.normal_(self.embed.weight, std=d_model**-0.5)
         if positions == "learned":
             self.pos = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
         elif positions == "sinusoidal":
