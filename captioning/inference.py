@@ -31,6 +31,8 @@ def caption_images(
 
     model, vocab, cfg = load_checkpoint(checkpoint)
     settings = {**cfg["decode"], **{k: v for k, v in (decode or {}).items() if v is not None}}
+    if not str(image).strip():
+        raise ValueError("image= is empty: give an image file or a directory of images")
     image = Path(image)
     if not image.exists():
         raise FileNotFoundError(f"image path not found: {image}")
