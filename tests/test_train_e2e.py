@@ -92,3 +92,12 @@ def test_every_attention_mode_trains(tiny_cfg, name, decoder):
     assert results["attention_resolved"] == ("additive" if name == "mixed" else name)
     if name == "gated_mixed":
         assert 0.0 < results["test/attn_gate"] < 1.0
+
+
+def test_matched_width_pca_features_train_and_reload(tiny_cfg):
+    """encoder.pca_dim: the decoder sees 16-d PCA features; the checkpoint rebuilds that width."""
+    cfg = tiny_cfg("encoder.pca_dim=16", "trainer.max_epochs=1", "attention=mixed")
+    results = train(cfg)
+    assert results["attention_resolved"] == "additive"  # query 64 != key 16
+    model, _, _ = load_checkpoint(f"{cfg.paths.output_dir}/checkpoints/last.ckpt")
+    assert model.normalizer.out_dim == 16 and model.decoder.attention.key_dim == 16
