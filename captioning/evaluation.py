@@ -9,7 +9,7 @@ from .checkpoint import load_checkpoint
 from .data.prepare import prepare_data
 from .metrics import attribute_accuracy
 from .metrics.report import score_captions
-from .models.decoding import decode_batch
+from .models.decoding import decode_batch, decode_settings
 
 
 def evaluate_checkpoint(
@@ -27,7 +27,7 @@ def evaluate_checkpoint(
     config is the checkpoint's with `data_overrides` applied (e.g. another root or cache dir).
     """
     model, vocab, cfg = load_checkpoint(checkpoint)
-    settings = {**cfg["decode"], **{k: v for k, v in (decode or {}).items() if v is not None}}
+    settings = decode_settings(cfg["decode"], decode)
     data_cfg = {**cfg["data"], **(data_overrides or {})}
     # The checkpoint's own normaliser and vocabulary: features are exactly what it trained on.
     data = prepare_data(data_cfg, cfg["encoder"], vocab, normalizer=model.normalizer)

@@ -10,7 +10,7 @@ import torch
 from .checkpoint import load_checkpoint
 from .data.features import ImageFiles
 from .data.prepare import build_encoder
-from .models.decoding import decode_batch
+from .models.decoding import decode_batch, decode_settings
 
 
 def _figure_path(attention_map: str | None, image: Path, many: bool) -> Path | None:
@@ -30,7 +30,7 @@ def caption_images(
     from .visualize import attention_figure
 
     model, vocab, cfg = load_checkpoint(checkpoint)
-    settings = {**cfg["decode"], **{k: v for k, v in (decode or {}).items() if v is not None}}
+    settings = decode_settings(cfg["decode"], decode)
     if not str(image).strip():
         raise ValueError("image= is empty: give an image file or a directory of images")
     image = Path(image)

@@ -53,3 +53,8 @@ def decode_batch(
         alpha=cfg.get("alpha", 0.0), block_ngram=cfg.get("block_ngram", 0), banned=(pad, bos),
     )
     return [h[0].tokens for h in hyps], [h[0].weights for h in hyps]
+
+
+def decode_settings(base: dict, overrides: dict | None = None) -> dict:
+    """A run's `decode` config with the non-None entries of `overrides` applied."""
+    return {**base, **{k: v for k, v in (overrides or {}).items() if v is not None}}
