@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from .beam import beam_search
+
 
 @torch.no_grad()
 def greedy_decode(
@@ -46,8 +48,6 @@ def decode_batch(
             ids.append(row[:n])
             out.append(w[:n])
         return ids, out
-    from .beam import beam_search
-
     hyps = beam_search(
         decoder, features, bos, eos, cfg["beam_size"], cfg.get("max_len", 30),
         alpha=cfg.get("alpha", 0.0), block_ngram=cfg.get("block_ngram", 0), banned=(pad, bos),
