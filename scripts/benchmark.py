@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None) -> dict:
             t = timed(lambda: decode_steps(dec, features, args.tokens), args.warmup, args.repeats)
             t["images_per_s"] = args.batch / t["median_s"]
             results["decode"][f"greedy_{name}{suffix}"] = t
+        if name == "transformer":
+            dec.use_cache = True  # beam search below runs the default (cached) path
         # Beam search: one batched call vs the same function once per image. <eos> is banned so
         # every hypothesis runs the full length and both sides do the same number of steps.
         beam_feats = torch.randn(args.beam_batch, args.grid**2, args.feature_dim, device=device)

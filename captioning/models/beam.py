@@ -59,10 +59,10 @@ def beam_search(
     """
     b, k = features.shape[0], beam_size
     device = features.device
-    prepared = decoder.prepare(features, mask)
-    state = decoder.reorder(
-        decoder.init_state(prepared, features), torch.arange(b, device=device).repeat_interleave(k)
-    )  # rows: image-major, k beams each
+    prepared = decoder.prepare(features, mask)  # (B, ...) once per image, never per beam
+    rows = torch.arange(b, device=device).repeat_interleave(k)
+    state = decoder.reorder(decoder.init_state(prepared, features), rows, images=slice(None))
+    # rows: image-major, k beams each; attention reads an image's k rows against its keys
     scores = torch.full((b, k), float("-inf"), device=device)
     scores[:, 0] = 0.0  # all beams start identical: keep one alive
     seqs = torch.zeros(b * k, 0, dtype=torch.long, device=device)
@@ -72,22 +72,29 @@ def beam_search(
     finished: list[list[Hypothesis]] = [[] for _ in range(b)]
     for t in range(max_len):
         logits, state, w = decoder.step(tokens, state)
-        logp = torch.log_softmax(logits.float(), dim=-1)  # (R, V)
-        vocab = logp.shape[-1]
+        logits = logits.float()  # (R, V)
+        vocab = logits.shape[-1]
+        lse = logits.logsumexp(-1, keepdim=True)  # (R, 1): log-probs are logits - lse
         if banned:
-            logp[:, list(banned)] = float("-inf")
+            logits[:, list(banned)] = float("-inf")
         if block_ngram:
-            logp = logp.masked_fill(_blocked(seqs, block_ngram, vocab), float("-inf"))
+            logits = logits.masked_fill(_blocked(seqs, block_ngram, vocab), float("-inf"))
         attn = w.unsqueeze(1) if attn is None else torch.cat([attn, w.unsqueeze(1)], 1)
-        cand = (scores.view(-1, 1) + logp).view(len(active), k * vocab)
-        top_s, top_i = cand.topk(min(2 * k, k * vocab), dim=-1)  # (A, 2k): k survive <eos>
-        top_beam, top_tok = top_i // vocab, top_i % vocab
-        keep_rows, keep_tok, keep_scores, still = [], [], [], []
+        # The best 2k of an image's k * V candidates lie among each beam's own best 2k tokens:
+        # select per row first, so the full (R, V) log-prob table is never built.
+        width = min(2 * k, vocab)
+        row_s, row_tok = logits.topk(width, dim=-1)  # (R, 2k)
+        cand = (scores.view(-1, 1) + row_s - lse).view(len(active), k * width)
+        top_s, top_j = cand.topk(min(2 * k, k * width), dim=-1)  # (A, 2k): k survive <eos>
+        top_tok = row_tok.view(len(active), k * width).gather(1, top_j)
+        # One device-to-host copy per step, not one per image.
+        top_s, top_beam, top_tok = top_s.tolist(), (top_j // width).tolist(), top_tok.tolist()
+        keep_rows, keep_tok, keep_scores, still, kept = [], [], [], [], []
         lp_now = length_penalty(t + 1, alpha)
         best_possible = length_penalty(max_len, alpha)
         for a, img in enumerate(active):
             new = []
-            for s, beam, tok in zip(top_s[a].tolist(), top_beam[a].tolist(), top_tok[a].tolist()):
+            for s, beam, tok in zip(top_s[a], top_beam[a], top_tok[a]):
                 if s == float("-inf"):
                     break
                 row = a * k + beam
@@ -106,6 +113,7 @@ def beam_search(
                 continue
             new += [(new[0][0], new[0][1], float("-inf"))] * (k - len(new))  # pad dead beams
             still.append(img)
+            kept.append(a)
             for row, tok, s in new:
                 keep_rows.append(row)
                 keep_tok.append(tok)
@@ -113,7 +121,9 @@ def beam_search(
         if not still:
             break
         index = torch.tensor(keep_rows, device=device)
-        state = decoder.reorder(state, index)  # finished images drop out of the batch
+        # Finished images drop out of the batch; their prepared keys are dropped only then.
+        images = slice(None) if len(kept) == len(active) else torch.tensor(kept, device=device)
+        state = decoder.reorder(state, index, images)
         seqs = torch.cat([seqs[index], torch.tensor(keep_tok, device=device).unsqueeze(1)], 1)
         attn = attn[index]
         tokens = torch.tensor(keep_tok, device=device)

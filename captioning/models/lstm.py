@@ -78,10 +78,15 @@ class LSTMDecoder(nn.Module):
         out, state, weights = self._advance(self.embed(tokens), state)
         return self.head(self.drop(out)), state, weights
 
-    def reorder(self, state: LSTMState, index: torch.Tensor) -> LSTMState:
-        """Select batch rows (beam search): every tensor in the state is index_selected."""
+    def reorder(
+        self, state: LSTMState, index: torch.Tensor, images: torch.Tensor | slice | None = None
+    ) -> LSTMState:
+        """Select batch rows: h and c by `index`. The prepared keys follow `index` too, unless
+        `images` selects them per image instead (beam search: rows are beams, G per image, and
+        `slice(None)` keeps the keys as they are, without a copy)."""
         pick = lambda t: t.index_select(0, index)  # noqa: E731
-        return LSTMState(pick(state.h), pick(state.c), state.prepared.map(pick))
+        prepared = state.prepared.map(pick if images is None else lambda t: t[images])
+        return LSTMState(pick(state.h), pick(state.c), prepared)
 
     def forward(
         self,

@@ -20,9 +20,11 @@ class TransformerState:
     values: list[torch.Tensor]
     tokens: torch.Tensor  # (B, t) tokens so far (the uncached path re-runs them)
 
-    def map(self, fn) -> TransformerState:
+    def map(self, fn, images=None) -> TransformerState:
+        """fn on every per-row tensor; the prepared keys get `images` (default: fn too)."""
+        images = fn if images is None else images
         return TransformerState(
-            [p.map(fn) for p in self.prepared], [fn(k) for k in self.keys],
+            [p.map(images) for p in self.prepared], [fn(k) for k in self.keys],
             [fn(v) for v in self.values], fn(self.tokens),
         )
 
@@ -175,8 +177,14 @@ class TransformerDecoder(nn.Module):
         state = TransformerState(state.prepared, [k for k, _ in new], [v for _, v in new], history)
         return self.head(x[:, -1]), state, weights[:, -1]
 
-    def reorder(self, state: TransformerState, index: torch.Tensor) -> TransformerState:
-        return state.map(lambda t: t.index_select(0, index))
+    def reorder(
+        self, state: TransformerState, index: torch.Tensor,
+        images: torch.Tensor | slice | None = None,
+    ) -> TransformerState:
+        """Select rows (cache, tokens) by `index`; prepared keys follow `index` unless `images`
+        selects them per image (see LSTMDecoder.reorder)."""
+        pick = lambda t: t.index_select(0, index)  # noqa: E731
+        return state.map(pick, None if images is None else lambda t: t[images])
 
     def forward(self, features, tokens, mask=None, lengths=None, image_index=None):
         """Teacher forcing: features (I, N, Df), tokens (B, T) -> logits (B, T, V), weights

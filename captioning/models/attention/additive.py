@@ -38,5 +38,7 @@ class AdditiveAttention(CrossAttention):
 
     def _scores(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         q = self.w_query(query)  # (B, T, A)
-        hidden = torch.tanh(q.unsqueeze(2) + keys.unsqueeze(1))  # (B, T, N, A)
+        # In place: the (B, T, N, A) sum is the largest tensor here; one buffer, not two
+        # (autograd allows it: tanh's backward needs its output, add's needs nothing).
+        hidden = torch.tanh_(q.unsqueeze(2) + keys.unsqueeze(1))  # (B, T, N, A)
         return self.v(hidden).squeeze(-1)  # (B, T, N)

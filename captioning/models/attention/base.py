@@ -71,14 +71,30 @@ class CrossAttention(nn.Module):
         """query (B, T, Dq) -> weights (B, T, N)."""
         return masked_softmax(self._scores(query, prepared.keys), prepared.mask)
 
+    def _attend(self, query: torch.Tensor, prepared: Prepared) -> tuple[torch.Tensor, torch.Tensor]:
+        """query (B, T, Dq) -> context (B, T, Dv), weights (B, T, N)."""
+        weights = self._weights(query, prepared)  # (B, T, N)
+        return weights.to(prepared.values.dtype) @ prepared.values, weights
+
     def forward(
         self, query: torch.Tensor, prepared: Prepared
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """query (B, Dq) | (B, T, Dq) -> context (B, [T,] Dv), weights (B, [T,] N)."""
+        """query (R, Dq) | (R, T, Dq) -> context (R, [T,] Dv), weights (R, [T,] N).
+
+        R may be a multiple G of the prepared batch B (rows image-major: G beams per image):
+        the G rows of an image are then read as G*T queries against that image's keys, so
+        beam search never copies prepared keys per beam.
+        """
         single = query.dim() == 2
-        q = query.unsqueeze(1) if single else query  # (B, T, Dq)
-        weights = self._weights(q, prepared)  # (B, T, N)
-        context = weights.to(prepared.values.dtype) @ prepared.values  # (B, T, Dv)
+        q = query.unsqueeze(1) if single else query  # (R, T, Dq)
+        rows, t = q.shape[:2]
+        images = prepared.values.shape[0]
+        if rows != images:
+            if rows % images:
+                raise ValueError(f"{rows} query rows do not group over {images} prepared images")
+            q = q.reshape(images, rows // images * t, q.shape[-1])  # (B, G*T, Dq)
+        context, weights = self._attend(q, prepared)
+        context, weights = context.reshape(rows, t, -1), weights.reshape(rows, t, -1)
         if single:
             return context.squeeze(1), weights.squeeze(1)
         return context, weights

@@ -37,12 +37,9 @@ class LinearAttention(CrossAttention):
         kv = k.transpose(1, 2) @ values  # (B, D, Dv): the O(N) summary, once per image
         return LinearPrepared(k, values, mask, kv, k.sum(1))
 
-    def forward(self, query, prepared):
-        single = query.dim() == 2
-        q = _phi(query.unsqueeze(1) if single else query)  # (B, T, D)
+    def _attend(self, query, prepared):
+        q = _phi(query)  # (B, T, D)
         norm = (q @ prepared.ksum.unsqueeze(-1)).clamp_min(1e-12)  # (B, T, 1)
         context = (q @ prepared.kv) / norm  # (B, T, Dv), never touches N
         weights = (q @ prepared.keys.transpose(1, 2)) / norm  # (B, T, N), for diagnostics
-        if single:
-            return context.squeeze(1), weights.squeeze(1)
         return context, weights

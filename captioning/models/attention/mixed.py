@@ -41,8 +41,8 @@ class MixedAttention(CrossAttention):
     def prepare(self, keys, mask=None, values=None) -> Prepared:
         return self.inner.prepare(keys, mask, values)
 
-    def forward(self, query, prepared):
-        return self.inner(query, prepared)
+    def _attend(self, query, prepared):
+        return self.inner._attend(query, prepared)
 
 
 @register("gated_mixed")

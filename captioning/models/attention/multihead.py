@@ -37,18 +37,13 @@ class _MultiHead(CrossAttention):
         """q (B, T, Dq) -> scores (B, H, T, N)."""
         raise NotImplementedError
 
-    def forward(self, query, prepared):
-        single = query.dim() == 2
-        q = query.unsqueeze(1) if single else query  # (B, T, Dq)
-        scores = self._head_scores(q, prepared.keys)  # (B, H, T, N)
+    def _attend(self, query, prepared):
+        scores = self._head_scores(query, prepared.keys)  # (B, H, T, N)
         b, h, t, n = scores.shape
         mask = None if prepared.mask is None else prepared.mask.repeat_interleave(h, 0)
         weights = masked_softmax(scores.flatten(0, 1), mask).view(b, h, t, n)
         context = (weights @ prepared.values).transpose(1, 2).flatten(2)  # (B, T, H*dh)
-        context, weights = self.out_proj(context), weights.mean(1)  # (B, T, Dv), (B, T, N)
-        if single:
-            return context.squeeze(1), weights.squeeze(1)
-        return context, weights
+        return self.out_proj(context), weights.mean(1)  # (B, T, Dv), (B, T, N)
 
 
 @register("multihead_dot")
@@ -88,5 +83,5 @@ class MultiHeadAdditiveAttention(_MultiHead):
 
     def _head_scores(self, q, keys):
         q = self._split(self.w_query(q), self.a)  # (B, H, T, a)
-        hidden = torch.tanh(q.unsqueeze(3) + keys.unsqueeze(2))  # (B, H, T, N, a)
+        hidden = torch.tanh_(q.unsqueeze(3) + keys.unsqueeze(2))  # (B, H, T, N, a), in place
         return torch.einsum("bhtna,ha->bhtn", hidden, self.v)  # (B, H, T, N)
