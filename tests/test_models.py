@@ -55,6 +55,20 @@ def test_steps_equal_all_at_once(attn):
         assert torch.allclose(ctx, full[:, t], atol=1e-5) and torch.allclose(w, w_full[:, t], atol=1e-6)
 
 
+@pytest.mark.parametrize("query_shape", [(6, DQ), (6, 2, DQ)])
+def test_grouped_rows_equal_copied_keys(attn, query_shape):
+    """G query rows per prepared image (beam search) == keys copied to every row."""
+    keys, values = torch.randn(2, 5, DK), torch.randn(2, 5, DV)
+    mask = torch.tensor([[1, 1, 1, 0, 1], [1, 0, 1, 1, 1]], dtype=torch.bool)
+    prep = attn.prepare(keys, mask, values)
+    q = torch.randn(*query_shape)  # 3 rows per image, image-major
+    ctx, w = attn(q, prep)
+    ref_ctx, ref_w = attn(q, prep.map(lambda t: t.repeat_interleave(3, 0)))
+    assert torch.allclose(ctx, ref_ctx, atol=1e-5) and torch.allclose(w, ref_w, atol=1e-6)
+    with pytest.raises(ValueError, match="do not group"):
+        attn(torch.randn(5, DQ), prep)
+
+
 def test_unknown_names_list_valid_ones():
     with pytest.raises(ValueError, match="valid: .*additive.*dot"):
         build_attention("nonsense", 4, 4)
