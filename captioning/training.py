@@ -12,15 +12,18 @@ from pathlib import Path
 import hydra
 import pytorch_lightning as pl
 from omegaconf import DictConfig, OmegaConf
-from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
+from pytorch_lightning.loggers import WandbLogger
 
 from .lit import CaptionDataModule, CaptioningModule
+from .lit.callbacks import Throughput, ValidationMedia
+from .lit.loggers import build_loggers, flatten, sync_hint
 from .models.attention import CrossAttention
 
 log = logging.getLogger(__name__)
 
 # Keys that say where things go or how they are shown, not what is computed.
-_NOT_HASHED = ("paths", "logger", "hydra")
+_NOT_HASHED = ("paths", "logger", "media", "hydra")
 
 
 def config_hash(cfg: dict) -> str:
@@ -61,10 +64,15 @@ def train(cfg: DictConfig) -> dict:
         dirpath=out / "checkpoints", filename="best", monitor="val/bleu4", mode="max",
         save_last=True, auto_insert_metric_name=False,
     )
-    logger = hydra.utils.instantiate(cfg.logger) if cfg.get("logger") else False
+    loggers = build_loggers(plain.get("logger"))
+    callbacks = [checkpoint, Throughput(), ValidationMedia(**plain.get("media", {}))]
+    if loggers:
+        callbacks.append(LearningRateMonitor(logging_interval="step"))
     trainer: pl.Trainer = hydra.utils.instantiate(
-        cfg.trainer, callbacks=[checkpoint], logger=logger or False
+        cfg.trainer, callbacks=callbacks, logger=loggers or False
     )
+    for logger in loggers:  # the whole resolved config, flat: every key filters in the UI
+        logger.log_hyperparams(flatten({k: v for k, v in plain.items() if k != "logger"}))
     trainer.fit(module, datamodule=datamodule)
     best = "best" if checkpoint.best_model_path else None  # no validation ran: test as trained
     test = trainer.test(module, datamodule=datamodule, ckpt_path=best)
@@ -89,4 +97,29 @@ def train(cfg: DictConfig) -> dict:
         (out / "results.json").write_text(json.dumps(results, indent=2))
         (out / "predictions.json").write_text(json.dumps(module.test_predictions, indent=1))
         log.info("results: %s", out / "results.json")
+        for logger in loggers:
+            if isinstance(logger, WandbLogger):
+                _finish_wandb(logger, results, out, module.vocab.itos, checkpoint.best_model_path)
     return results
+
+
+def _finish_wandb(logger: WandbLogger, results: dict, out: Path, vocab: list[str],
+                  best: str) -> None:
+    """Final metrics into the run summary, the model artifact if asked, then close the run
+    (so the next train() in this process starts its own) and say how to sync it."""
+    import wandb
+
+    run = logger.experiment
+    run.summary.update(results)
+    if getattr(logger, "log_model_artifact", False):
+        (out / "vocab.json").write_text(json.dumps(vocab))
+        artifact = wandb.Artifact(f"model-{run.id}", type="model", metadata=results)
+        artifact.add_file(str(best or out / "checkpoints" / "last.ckpt"), name="model.ckpt")
+        artifact.add_file(str(out / "vocab.json"))
+        artifact.add_file(str(out / "results.json"))
+        run.log_artifact(artifact, aliases=["best"])
+    offline = run.settings.mode == "offline"
+    hint = sync_hint(run) if offline else None
+    run.finish()
+    if hint:
+        log.info(hint)

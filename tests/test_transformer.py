@@ -85,3 +85,34 @@ def test_tied_embedding_init_gives_unit_scale_logits():
     logits, _ = dec(torch.randn(2, 9, DF), tokens, image_index=torch.tensor([0, 0, 1, 1]))
     loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten())
     assert loss.item() < 2 * torch.log(torch.tensor(500.0)).item()
+
+
+@pytest.mark.parametrize("buckets", [2, 3, 5])
+def test_length_buckets_equal_the_padded_forward(buckets):
+    """Captions run in length groups (padding not computed) == one padded forward, on every
+    real position; captions of one image share its keys either way."""
+    dec = _decoder(attention="additive")
+    feats = torch.randn(3, 9, DF)
+    lengths = torch.tensor([2, 11, 3, 12, 2, 7, 12])
+    tokens = torch.randint(1, V, (7, 12))
+    image_index = torch.tensor([0, 0, 1, 1, 2, 2, 2])
+    dec.length_buckets = 1
+    ref, ref_w = dec(feats, tokens, lengths=lengths, image_index=image_index)
+    dec.length_buckets = buckets
+    out, w = dec(feats, tokens, lengths=lengths, image_index=image_index)
+    real = torch.arange(12) < lengths.unsqueeze(1)  # (B, T)
+    assert torch.allclose(out[real], ref[real], atol=1e-5)
+    assert torch.allclose(w[real], ref_w[real], atol=1e-6)
+
+
+def test_length_buckets_cover_every_row_once():
+    from captioning.models.transformer import length_buckets
+
+    lengths = torch.randint(1, 30, (200,))
+    for k in (1, 2, 3, 8):
+        groups = length_buckets(lengths, k)
+        rows = torch.cat([idx for idx, _ in groups])
+        assert len(groups) <= k and sorted(rows.tolist()) == list(range(200))
+        assert all(lengths[idx].max().item() == t for idx, t in groups)
+    full = len(lengths) * lengths.max().item()
+    assert sum(len(i) * t for i, t in length_buckets(lengths, 3)) < full

@@ -21,7 +21,10 @@ class CaptioningModule(pl.LightningModule):
 
     def __init__(self, cfg: dict, vocab: list[str], format_version: int = FORMAT_VERSION) -> None:
         super().__init__()
-        self.save_hyperparameters({"format_version": format_version, "cfg": cfg, "vocab": vocab})
+        # logger=False: loggers get the flattened config from train(), not the vocabulary.
+        self.save_hyperparameters(
+            {"format_version": format_version, "cfg": cfg, "vocab": vocab}, logger=False
+        )
         self.cfg, self.vocab = cfg, Vocabulary(vocab)
         self.model = build_captioner(cfg, len(vocab))
         self._outputs: list[dict] = []

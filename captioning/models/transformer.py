@@ -100,11 +100,13 @@ class TransformerDecoder(nn.Module):
         tie_embeddings: bool = True,
         project_features: bool = False,
         use_cache: bool = True,
+        length_buckets: int = 3,
     ) -> None:
         super().__init__()
         if d_model % num_heads:
             raise ValueError(f"decoder.d_model={d_model} must be divisible by num_heads={num_heads}")
         self.d_model, self.max_len, self.use_cache = d_model, max_len, use_cache
+        self.length_buckets = length_buckets
         self.embed = nn.Embedding(vocab_size, d_model)
         # Scaled by sqrt(d) on the way in and tied to the head: unit-variance inputs, O(1) logits.
         nn.init.normal_(self.embed.weight, std=d_model**-0.5)
@@ -188,10 +190,65 @@ class TransformerDecoder(nn.Module):
 
     def forward(self, features, tokens, mask=None, lengths=None, image_index=None):
         """Teacher forcing: features (I, N, Df), tokens (B, T) -> logits (B, T, V), weights
-        (B, T, N). Causal masking makes right-padding harmless to the real positions, so
-        `lengths` is accepted for API parity and not needed."""
-        prepared = self.prepare(features, mask)
-        if image_index is not None:  # captions share their image's prepared keys
-            prepared = [p.map(lambda t: t.index_select(0, image_index)) for p in prepared]
-        x, _, weights = self._run(tokens, prepared)
-        return self.head(x), weights
+        (B, T, N). `image_index` (B,) maps captions to images (default: caption i <-> image i).
+
+        Causal masking makes right-padding harmless to real positions. With `lengths` (B,),
+        captions are sorted into up to `length_buckets` groups of similar length, each run only
+        as long as its longest caption, so padding is (mostly) not computed. Positions past a
+        group's longest caption get logits 0 and weights 0 (the loss ignores them).
+        """
+        prepared = self.prepare(features, mask)  # (I, ...) once per image
+        batch, steps = tokens.shape
+        index = torch.arange(batch, device=tokens.device) if image_index is None else image_index
+        if lengths is None or self.length_buckets <= 1:
+            rows = [(torch.arange(batch, device=tokens.device), steps)]
+        else:
+            rows = length_buckets(lengths, self.length_buckets)
+        logits = weights = None
+        for idx, t in rows:
+            # Captions share their image's prepared keys (a copy per caption, per bucket).
+            prep = [p.map(lambda x: x.index_select(0, index[idx])) for p in prepared]
+            x, _, w = self._run(tokens[idx, :t], prep)
+            out = self.head(x)  # (b, t, V)
+            if len(rows) == 1 and t == steps:
+                return out, w
+            if logits is None:
+                logits = out.new_zeros(batch, steps, out.shape[-1])
+                weights = w.new_zeros(batch, steps, w.shape[-1])
+            logits[idx, :t], weights[idx, :t] = out, w
+        return logits, weights
+
+
+def length_buckets(lengths: torch.Tensor, k: int) -> list[tuple[torch.Tensor, int]]:
+    """Split rows into <= k groups of similar length minimising the computed positions
+    sum(group size x group max length) plus a fixed cost per group: exact DP over the
+    distinct lengths.
+
+    lengths (B,) -> [(row indices, max length)], longest group first.
+    """
+    order = lengths.argsort(descending=True)
+    sorted_len = lengths[order].tolist()
+    # Candidate cut points: where the length changes (a cut inside a run of equal lengths
+    # never helps). starts[j] = first sorted row of the j-th distinct length.
+    starts = [0] + [i for i in range(1, len(sorted_len)) if sorted_len[i] != sorted_len[i - 1]]
+    d, n = len(starts), len(sorted_len)
+    bound = starts + [n]
+    inf = float("inf")
+    overhead = 0.05 * n * sorted_len[0]  # a group's fixed cost: a tiny group is not worth a call
+    # best[g][j]: min cost of rows from bound[j] to the end using at most g groups
+    best = [[inf] * (d + 1) for _ in range(k + 1)]
+    cut = [[d] * (d + 1) for _ in range(k + 1)]
+    for g in range(k + 1):
+        best[g][d] = 0
+    for g in range(1, k + 1):
+        for j in range(d - 1, -1, -1):
+            for e in range(j + 1, d + 1):  # group = distinct lengths j..e-1
+                cost = (bound[e] - bound[j]) * sorted_len[bound[j]] + overhead + best[g - 1][e]
+                if cost < best[g][j]:
+                    best[g][j], cut[g][j] = cost, e
+    groups, j, g = [], 0, k
+    while j < d:
+        e = cut[g][j]
+        groups.append((order[bound[j] : bound[e]], max(1, sorted_len[bound[j]])))
+        j, g = e, g - 1
+    return groups

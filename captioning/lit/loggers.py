@@ -1,0 +1,116 @@
+"""Experiment loggers from the `logger` config group: wandb (online when logged in, offline
+otherwise, never fatal), TensorBoard and CSV, any number at once."""
+
+from __future__ import annotations
+
+import logging
+import netrc
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import urlparse
+
+import hydra
+from pytorch_lightning.loggers import Logger, WandbLogger
+
+log = logging.getLogger(__name__)
+
+
+def flatten(cfg: Mapping, prefix: str = "") -> dict:
+    """{'a': {'b': 1}} -> {'a.b': 1}: flat keys filter and group in the wandb UI."""
+    flat = {}
+    for key, value in cfg.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _logged_in() -> bool:
+    """An API key in the environment, or one stored by `wandb login` (~/.netrc or $NETRC)."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    try:
+        return netrc.netrc(os.environ.get("NETRC")).authenticators(host or "") is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def wandb_mode(requested: str = "auto") -> tuple[str, str]:
+    """(mode, reason): WANDB_MODE wins, then logger.mode, then online only when logged in."""
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"], "WANDB_MODE"
+    if requested != "auto":
+        return requested, "logger.mode"
+    if _logged_in():
+        return "online", "an API key is configured"
+    return "offline", "no API key (WANDB_API_KEY or `wandb login`)"
+
+
+def sync_hint(run) -> str:
+    """The one line an offline run needs: where it is and how to upload it."""
+    where = Path(run.dir).parent.resolve()  # <save_dir>/wandb/offline-run-*/
+    return f"wandb run is offline, saved in {where}; upload it later with: wandb sync {where}"
+
+
+def wandb_logger(
+    project: str = "captioning",
+    save_dir: str = ".",
+    mode: str = "auto",
+    name: str | None = None,
+    group: str | None = None,
+    tags: list[str] | None = None,
+    job_type: str = "train",
+    entity: str | None = None,
+    log_model: bool = False,
+    init_timeout: float = 10.0,
+) -> WandbLogger | None:
+    """A WandbLogger over a run started here, so a failure can fall back instead of killing
+    training: online -> offline (warned once) -> no wandb at all (the other loggers go on).
+
+    `log_model` is handled by train() (checkpoint + vocabulary as one artifact), not by Lightning.
+    """
+    import wandb
+
+    mode, why = wandb_mode(mode)
+    Path(save_dir).mkdir(parents=True, exist_ok=True)
+    kwargs = dict(project=project, entity=entity, dir=save_dir, name=name, group=group,
+                  tags=list(tags or []), job_type=job_type, reinit="finish_previous")
+    run = None
+    log.info("wandb: starting a %s run (%s)", mode, why)
+    try:
+        run = wandb.init(mode=mode, settings=wandb.Settings(init_timeout=init_timeout), **kwargs)
+    except Exception as err:  # bad key, unreachable server, ...: never fatal
+        if mode == "online":
+            log.warning("wandb could not start online (%s: %s); logging offline instead",
+                        type(err).__name__, str(err).splitlines()[0][:200])
+            try:
+                run = wandb.init(mode="offline", **kwargs)
+            except Exception as err2:
+                log.warning("wandb offline failed too (%s); continuing without wandb", err2)
+        else:
+            log.warning("wandb could not start (%s: %s); continuing without wandb",
+                        type(err).__name__, err)
+    if run is None:
+        return None
+    if run.settings.mode == "offline":
+        log.info("%s (mode %s: %s)", sync_hint(run), run.settings.mode, why)
+    logger = WandbLogger(experiment=run, save_dir=save_dir, log_model=False)
+    logger.log_model_artifact = log_model  # read by train()
+    return logger
+
+
+def build_loggers(cfg: Mapping | None) -> list[Logger]:
+    """Instantiate every logger of the `logger` group ({name: {_target_: ...}}); a builder may
+    return None (wandb that could not start), which is dropped."""
+    loggers = []
+    for name, spec in (cfg or {}).items():
+        if not isinstance(spec, Mapping) or "_target_" not in spec:
+            raise ValueError(f"logger.{name} has no _target_; see conf/logger/*.yaml for examples")
+        logger = hydra.utils.instantiate(spec)
+        if logger is not None:
+            loggers.append(logger)
+    return loggers
