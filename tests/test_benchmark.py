@@ -6,23 +6,64 @@ import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "benchmark.py"
+TINY = ["--batch", "2", "--grid", "2", "--feature-dim", "16", "--d-model", "16", "--vocab", "30",
+        "--tokens", "3", "--repeats", "1", "--warmup", "0", "--beam", "2", "--beam-batch", "3",
+        "--encoder", "resnet18", "--image-size", "32", "--encoder-images", "4",
+        "--encoder-batch", "2", "--peak-size", "64", "--modes", "additive,dot,mixed"]
 
 
 def test_benchmark_json_has_every_field(tmp_path):
-    out = tmp_path / "bench.json"
-    subprocess.run(
-        [sys.executable, str(SCRIPT), "--batch", "2", "--grid", "2", "--feature-dim", "16",
-         "--d-model", "16", "--vocab", "30", "--tokens", "3", "--repeats", "1", "--warmup", "0",
-         "--beam", "2", "--beam-batch", "3",
-         "--json", str(out)],
-        check=True, capture_output=True, text=True,
-    )
+    out, md = tmp_path / "bench.json", tmp_path / "bench.md"
+    subprocess.run([sys.executable, str(SCRIPT), *TINY, "--json", str(out), "--markdown", str(md)],
+                   check=True, capture_output=True, text=True, timeout=300)
     res = json.loads(out.read_text())
+    assert set(res["peak"]) == {"fp32_flop_per_s", "bf16_flop_per_s"}
+    assert all(v > 0 for v in res["peak"].values())
+    assert set(res["train"]) == {
+        "lstm/additive/fp32", "lstm/additive/fp32/naive", "lstm/additive/bf16",
+        "lstm/additive/bf16/naive", "lstm/dot/fp32", "lstm/dot/bf16",
+        f"lstm/mixed/{res['default_precision']}", "transformer/additive/fp32",
+        "transformer/additive/bf16", "transformer/dot/fp32", "transformer/dot/bf16",
+        f"transformer/mixed/{res['default_precision']}",
+    }
+    for key, t in res["train"].items():
+        assert {"median_s", "min_s", "max_s", "captions_per_s"} <= set(t) and t["captions_per_s"] > 0
+        if "/additive/" in key or "/dot/" in key:
+            assert t["flops_per_step"] > 0 and 0 < t["mfu"]
+    # The naive baseline does strictly more matmul work than the prepared path.
+    tr = res["train"]
+    assert tr["lstm/additive/fp32/naive"]["flops_per_step"] > tr["lstm/additive/fp32"]["flops_per_step"]
     assert set(res["decode"]) == {
-        "greedy_lstm", "greedy_transformer", "greedy_transformer_nocache", "beam2_lstm",
-        "beam2_lstm_per_image", "beam2_transformer", "beam2_transformer_per_image",
+        "greedy_lstm", "greedy_lstm_naive", "greedy_transformer", "greedy_transformer_naive",
+        "greedy_transformer_nocache", "beam2_lstm", "beam2_lstm_per_image", "beam2_transformer",
+        "beam2_transformer_per_image",
     }
     for t in res["decode"].values():
         assert {"median_s", "min_s", "max_s", "images_per_s"} <= set(t) and t["images_per_s"] > 0
-    assert res["transformer_cache_speedup"] > 0 and res["config"]["tokens"] == 3
-    assert res["beam_batching_speedup_lstm"] > 0 and res["beam_batching_speedup_transformer"] > 0
+    assert {"from_files", "bare_forward", "dtype"} <= set(res["encoder"])
+    assert set(res["ratios"]) == {
+        "train_lstm_additive_fp32_vs_naive_fp32", "train_lstm_additive_bf16_vs_naive_bf16",
+        "train_lstm_additive_default_vs_naive_fp32", "train_lstm_additive_bf16_vs_fp32",
+        "train_lstm_dot_over_additive_fp32", "train_lstm_dot_over_additive_bf16",
+        "train_transformer_dot_over_additive_fp32", "train_transformer_dot_over_additive_bf16",
+        "greedy_lstm_vs_naive", "greedy_transformer_vs_naive", "beam_batched_vs_per_image_lstm",
+        "beam_batched_vs_per_image_transformer", "transformer_cache_speedup", "encoder_files_vs_bare",
+    }
+    assert all(v > 0 for v in res["ratios"].values())
+    assert "| ratio | x |" in md.read_text() and res["config"]["tokens"] == 3
+
+
+def test_benchmark_imports_neither_hydra_lightning_wandb_nor_nltk():
+    """It must run where only PyTorch is installed."""
+    code = "\n".join([
+        "import sys, runpy",
+        "sys.argv = ['benchmark', '--help']",
+        "try:",
+        f"    runpy.run_path({str(SCRIPT)!r}, run_name='__main__')",
+        "except SystemExit:",
+        "    pass",
+        "bad = [m for m in ('hydra', 'omegaconf', 'pytorch_lightning', 'lightning', 'wandb', 'nltk')"
+        " if m in sys.modules]",
+        "assert not bad, bad",
+    ])
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)

@@ -142,3 +142,23 @@ def test_captions_sharing_an_image_equal_repeated_features():
     repeated, _ = dec(feats[index], tokens)
     for i, n in enumerate(lengths.tolist()):
         assert torch.allclose(shared[i, :n], repeated[i, :n], atol=1e-5)
+
+
+@pytest.mark.parametrize("decoder", ["lstm", "transformer"])
+@pytest.mark.parametrize("name", ["additive", "dot", "linear", "multihead_additive", "local"])
+def test_naive_baseline_gives_the_same_outputs(decoder, name):
+    """prepare_once=False (keys projected at every step, the benchmark's baseline) changes
+    only the speed: same logits in training, same tokens and weights in decoding."""
+    torch.manual_seed(0)
+    cfg = {"name": decoder, **({"embed_dim": 16, "hidden_dim": 16, "value_dim": 8}
+                               if decoder == "lstm" else {"d_model": 16, "num_layers": 2,
+                                                          "num_heads": 2, "ff_dim": 32})}
+    dec = build_decoder(cfg, 11, DK, {"name": name}).eval()
+    feats, tokens = torch.randn(3, 9, DK), torch.randint(0, 11, (3, 5))
+    fast = dec(feats, tokens)
+    fast_dec = greedy_decode(dec, feats, 1, 2, max_len=6)
+    dec.prepare_once = False
+    naive = dec(feats, tokens)
+    naive_dec = greedy_decode(dec, feats, 1, 2, max_len=6)
+    assert torch.allclose(fast[0], naive[0], atol=1e-5) and torch.allclose(fast[1], naive[1], atol=1e-6)
+    assert torch.equal(fast_dec[0], naive_dec[0]) and torch.allclose(fast_dec[1], naive_dec[1], atol=1e-6)

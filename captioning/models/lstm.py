@@ -33,8 +33,12 @@ class LSTMDecoder(nn.Module):
         value_dim: int = 512,
         dropout: float = 0.3,
         gate: bool = True,
+        prepare_once: bool = True,
     ) -> None:
         super().__init__()
+        # False = the naive baseline (tutorial style): keys and values are projected again at
+        # every step. Same outputs, only slower; the benchmark measures what preparing saves.
+        self.prepare_once = prepare_once
         attention = dict(attention)
         self.embed = nn.Embedding(vocab_size, embed_dim)
         self.value_proj = nn.Linear(feature_dim, value_dim)
@@ -53,6 +57,8 @@ class LSTMDecoder(nn.Module):
 
     def prepare(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> Prepared:
         """features (B, N, Df) -> keys prepared and values projected, once per image."""
+        if not self.prepare_once:  # naive baseline: carry the raw features, project per step
+            return Prepared(features, features, mask)
         return self.attention.prepare(features, mask, values=self.value_proj(features))
 
     def init_state(self, prepared: Prepared, features: torch.Tensor) -> LSTMState:
@@ -66,7 +72,12 @@ class LSTMDecoder(nn.Module):
 
     def _advance(self, emb: torch.Tensor, state: LSTMState):
         """One LSTM step from the embedded token; returns (pre-logit output, state, weights)."""
-        context, weights = self.attention(state.h, state.prepared)  # (B, Dv), (B, N)
+        prepared = state.prepared
+        if not self.prepare_once:
+            prepared = self.attention.prepare(
+                prepared.keys, prepared.mask, values=self.value_proj(prepared.values)
+            )
+        context, weights = self.attention(state.h, prepared)  # (B, Dv), (B, N)
         if self.gate is not None:
             context = torch.sigmoid(self.gate(state.h)) * context
         h, c = self.cell(torch.cat([emb, context], dim=-1), (state.h, state.c))

@@ -101,12 +101,15 @@ class TransformerDecoder(nn.Module):
         project_features: bool = False,
         use_cache: bool = True,
         length_buckets: int = 3,
+        prepare_once: bool = True,
     ) -> None:
         super().__init__()
         if d_model % num_heads:
             raise ValueError(f"decoder.d_model={d_model} must be divisible by num_heads={num_heads}")
         self.d_model, self.max_len, self.use_cache = d_model, max_len, use_cache
         self.length_buckets = length_buckets
+        # False = naive baseline: cross-attention keys/values projected again at every call.
+        self.prepare_once = prepare_once
         self.embed = nn.Embedding(vocab_size, d_model)
         # Scaled by sqrt(d) on the way in and tied to the head: unit-variance inputs, O(1) logits.
         nn.init.normal_(self.embed.weight, std=d_model**-0.5)
@@ -146,9 +149,17 @@ class TransformerDecoder(nn.Module):
 
     def prepare(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> list[Prepared]:
         """Per-layer cross-attention keys/values, once per image."""
+        if not self.prepare_once:  # naive baseline: raw features, prepared in every _run
+            return [Prepared(features, features, mask) for _ in self.layers]
         if self.feature_proj is not None:
             features = self.feature_proj(features)
         return [layer.prepare(features, mask) for layer in self.layers]
+
+    def _layer_keys(self, i: int, prepared: Prepared) -> Prepared:
+        if self.prepare_once:
+            return prepared
+        features = prepared.keys if self.feature_proj is None else self.feature_proj(prepared.keys)
+        return self.layers[i].prepare(features, prepared.mask)
 
     def init_state(self, prepared: list[Prepared], features: torch.Tensor) -> TransformerState:
         b = features.shape[0]
@@ -162,7 +173,8 @@ class TransformerDecoder(nn.Module):
         x = self._embed(tokens, start)
         new_caches = []
         for i, layer in enumerate(self.layers):
-            x, kv, weights = layer(x, prepared[i], None if caches is None else caches[i])
+            keys = self._layer_keys(i, prepared[i])
+            x, kv, weights = layer(x, keys, None if caches is None else caches[i])
             new_caches.append(kv)
         return self.norm(x), new_caches, weights
 
