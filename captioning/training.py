@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from .models.attention import CrossAttention
 log = logging.getLogger(__name__)
 
 # Keys that say where things go or how they are shown, not what is computed.
-_NOT_HASHED = ("paths", "logger", "media", "hydra")
+_NOT_HASHED = ("paths", "logger", "media", "compare", "hydra")
 
 
 def config_hash(cfg: dict) -> str:
@@ -57,6 +58,9 @@ def train(cfg: DictConfig) -> dict:
     datamodule = CaptionDataModule(plain["data"], plain["encoder"])
     datamodule.prepare_data()
     datamodule.setup("fit")
+    # Again: preparing data draws from the global RNG only when caches are cold (feature
+    # extraction's DataLoader), so without this a first run would differ from its re-runs.
+    pl.seed_everything(plain["seed"], workers=True)
     module = CaptioningModule(plain, datamodule.vocab.itos)
     module.model.normalizer.load_state_dict(datamodule.data.normalizer.state_dict())
 
@@ -65,7 +69,8 @@ def train(cfg: DictConfig) -> dict:
         save_last=True, auto_insert_metric_name=False,
     )
     loggers = build_loggers(plain.get("logger"))
-    callbacks = [checkpoint, Throughput(), ValidationMedia(**plain.get("media", {}))]
+    throughput, media = Throughput(), ValidationMedia(**plain.get("media", {}))
+    callbacks = [checkpoint, throughput, media]
     if loggers:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     trainer: pl.Trainer = hydra.utils.instantiate(
@@ -91,6 +96,11 @@ def train(cfg: DictConfig) -> dict:
         # What `mixed` decided at construction (equals the name for every other mode).
         attention_resolved=getattr(attention, "choice", plain["attention"]["name"]),
         skipped_images=len(datamodule.data.skipped),
+        # Step timing: the first step carries torch.compile's cost (model.compile=true).
+        first_step_s=round(throughput.step_seconds[0], 3) if throughput.step_seconds else None,
+        median_step_s=(round(statistics.median(throughput.step_seconds), 4)
+                       if throughput.step_seconds else None),
+        media_s=round(sum(media.seconds), 2),
         **{f"decode/{k}": v for k, v in plain["decode"].items()},
     )
     if trainer.is_global_zero:

@@ -21,11 +21,15 @@ class Throughput(pl.Callback):
     """train/captions_per_s and train/images_per_s, timed around each optimisation step
     (forward, backward, optimiser; data loading excluded)."""
 
+    def __init__(self) -> None:
+        self.step_seconds: list[float] = []  # every step, for results.json (first = compile)
+
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._start = time.perf_counter()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         seconds = max(time.perf_counter() - self._start, 1e-9)
+        self.step_seconds.append(seconds)
         pl_module.log_dict(
             {"train/captions_per_s": len(batch["tokens"]) / seconds,
              "train/images_per_s": len(batch["features"]) / seconds},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytorch_lightning as pl
+import torch
 from torch.utils.data import DataLoader
 
 from ..data.datasets import Collate, EvalImages, ImageCaptions
@@ -39,6 +40,7 @@ class CaptionDataModule(pl.LightningDataModule):
             shuffle=shuffle,
             num_workers=workers,
             persistent_workers=workers > 0,
+            pin_memory=torch.cuda.is_available(),  # faster host-to-GPU copies; no-op on CPU
             collate_fn=Collate(self.data.features, self.data.vocab.pad),
         )
 

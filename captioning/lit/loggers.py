@@ -80,7 +80,7 @@ def wandb_logger(
     kwargs = dict(project=project, entity=entity, dir=save_dir, name=name, group=group,
                   tags=list(tags or []), job_type=job_type, reinit="finish_previous")
     run = None
-    log.info("wandb: starting a %s run (%s)", mode, why)
+    log.info("wandb: starting in %s mode (%s)", mode, why)
     try:
         run = wandb.init(mode=mode, settings=wandb.Settings(init_timeout=init_timeout), **kwargs)
     except Exception as err:  # bad key, unreachable server, ...: never fatal

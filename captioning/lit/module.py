@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from ..checkpoint import FORMAT_VERSION
 from ..data.vocab import Vocabulary
 from ..metrics import attribute_accuracy, corpus_bleu_scores
+from ..metrics.grounding import attention_grounding
 from ..models.attention import attention_stats
 from ..models.captioner import build_captioner
 from ..models.decoding import decode_batch
@@ -57,13 +58,16 @@ class CaptioningModule(pl.LightningModule):
         if gate is not None:
             stats["attn_gate"] = gate
         self._attn.append((len(steps), stats))
-        for i, words, refs, objs, image_id in zip(
-            batch["index"].tolist(), ids, batch["refs"], batch["objects"], batch["image_id"]
+        for i, words, w, refs, objs, image_id in zip(
+            batch["index"].tolist(), ids, weights, batch["refs"], batch["objects"], batch["image_id"]
         ):
-            self._outputs.append(
-                {"index": i, "hyp": v.decode(words), "refs": refs, "objects": objs,
-                 "image_id": image_id}
-            )
+            out = {"index": i, "hyp": v.decode(words), "refs": refs, "objects": objs,
+                   "image_id": image_id}
+            if objs and "bbox" in objs[0]:  # ground truth boxes: keep weights for grounding
+                # row t of weights <-> word t of hyp (decode drops specials, so align here)
+                keep = [t for t, i in enumerate(words[: len(w)]) if i not in (v.pad, v.bos, v.eos)]
+                out["weights"] = w[keep[: len(out["hyp"])]].float().cpu()
+            self._outputs.append(out)
 
     def _gather(self) -> list[dict]:
         """All processes' outputs, each image once (DDP samplers may repeat images)."""
@@ -79,6 +83,13 @@ class CaptioningModule(pl.LightningModule):
         hyps = [o["hyp"] for o in outputs]
         metrics = corpus_bleu_scores(hyps, [o["refs"] for o in outputs], prefix=f"{stage}/")
         metrics.update(attribute_accuracy(hyps, [o["objects"] for o in outputs], f"{stage}/"))
+        grounded = [o for o in outputs if "weights" in o]
+        size = self.cfg["data"].get("synthetic", {}).get("image_size")
+        if grounded and size:
+            metrics.update(attention_grounding(
+                [o["hyp"] for o in grounded], [o["weights"] for o in grounded],
+                [o["objects"] for o in grounded], size, f"{stage}/",
+            ))
         attn, self._attn = self._attn, []
         total = sum(n for n, _ in attn)
         for key in attn[0][1] if attn and total else ():
@@ -102,6 +113,20 @@ class CaptioningModule(pl.LightningModule):
         self.test_predictions = [
             {"image_id": o["image_id"], "caption": " ".join(o["hyp"])} for o in outputs
         ]
+
+    def configure_model(self) -> None:
+        """model.compile=true: torch.compile every cross-attention module (dynamic shapes: the
+        LSTM's batch shrinks step by step). Its cost shows as results.json's first_step_s."""
+        if not self.cfg.get("model", {}).get("compile") or getattr(self, "_compiled", False):
+            return
+        from ..models.attention import CrossAttention
+
+        outer = [m for m in self.model.decoder.modules() if isinstance(m, CrossAttention)]
+        inner = {id(c) for m in outer for c in m.modules() if c is not m}
+        for m in outer:
+            if id(m) not in inner:  # compiling the outer module covers e.g. mixed's inner one
+                m.forward = torch.compile(m.forward, dynamic=True)
+        self._compiled = True
 
     def configure_optimizers(self):
         optim = self.cfg["optim"]

@@ -81,13 +81,18 @@ class LSTMDecoder(nn.Module):
         if self.gate is not None:
             context = torch.sigmoid(self.gate(state.h)) * context
         h, c = self.cell(torch.cat([emb, context], dim=-1), (state.h, state.c))
-        out = emb + self.out_h(h) + self.out_z(context)  # (B, E)
-        return out, replace(state, h=h, c=c), weights
+        return h, context, replace(state, h=h, c=c), weights
+
+    def _output(self, emb: torch.Tensor, h: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+        """Deep output -> logits; (..., E), (..., H), (..., Dv) -> (..., V). Not recurrent, so
+        teacher forcing runs it once over all steps."""
+        return self.head(self.drop(emb + self.out_h(h) + self.out_z(context)))
 
     def step(self, tokens: torch.Tensor, state: LSTMState):
         """tokens (B,) -> logits (B, V), new state, attention weights (B, N)."""
-        out, state, weights = self._advance(self.embed(tokens), state)
-        return self.head(self.drop(out)), state, weights
+        emb = self.embed(tokens)
+        h, context, state, weights = self._advance(emb, state)
+        return self._output(emb, h, context), state, weights
 
     def reorder(
         self, state: LSTMState, index: torch.Tensor, images: torch.Tensor | slice | None = None
@@ -113,7 +118,7 @@ class LSTMDecoder(nn.Module):
         i), so several captions of one image share its prepared keys: key work runs per image.
         With `lengths` (B,) (steps that matter per row), rows are sorted by length and step t
         runs only on the rows still going: padding costs nothing. Past a row's length its
-        logits are the head's bias alone and its weights are zero (the loss ignores them).
+        logits are meaningless and its weights are zero (the loss ignores them).
         """
         batch, steps = tokens.shape
         index = torch.arange(batch, device=tokens.device) if image_index is None else image_index
@@ -126,23 +131,27 @@ class LSTMDecoder(nn.Module):
         prepared = self.prepare(features, mask)  # (I, ...) once per image
         state = self.reorder(self.init_state(prepared, features), index)  # (B, ...) per caption
         emb = self.embed(tokens)  # (B, T, E)
-        outs, weights = [], []
+        hs, contexts, weights = [], [], []
         for t, n in enumerate(counts):
             if n == 0:
                 break
             if n < state.h.shape[0]:  # the shortest rows are done: drop them (a view, no copy)
                 state = LSTMState(state.h[:n], state.c[:n], state.prepared.map(lambda x: x[:n]))
-            out, state, w = self._advance(emb[:n, t], state)
-            outs.append(nn.functional.pad(out, (0, 0, 0, batch - n)))
-            weights.append(nn.functional.pad(w, (0, 0, 0, batch - n)))
-        pad_t = steps - len(outs)
-        # The vocabulary projection runs once over all steps: one big matmul, not T small ones.
-        logits = self.head(self.drop(torch.stack(outs, 1)))  # (B, T', V)
-        weights = torch.stack(weights, 1)  # (B, T', N)
+            h, context, state, w = self._advance(emb[:n, t], state)
+            pad = (0, 0, 0, batch - n)
+            hs.append(nn.functional.pad(h, pad))
+            contexts.append(nn.functional.pad(context, pad))
+            weights.append(nn.functional.pad(w, pad))
+        pad_t = steps - len(hs)
+        hs, contexts = torch.stack(hs, 1), torch.stack(contexts, 1)  # (B, T', H), (B, T', Dv)
+        weights, emb = torch.stack(weights, 1), emb[:, : steps - pad_t]  # (B, T', N), (B, T', E)
+        if order is not None:  # back to the caller's row order, before the (B, T, V) head
+            inverse = order.argsort()
+            hs, contexts, weights, emb = hs[inverse], contexts[inverse], weights[inverse], emb[inverse]
+        # Deep output and vocabulary projection run once over all steps: a few big matmuls,
+        # not T small ones each.
+        logits = self._output(emb, hs, contexts)  # (B, T', V)
         if pad_t:
             logits = nn.functional.pad(logits, (0, 0, 0, pad_t))
             weights = nn.functional.pad(weights, (0, 0, 0, pad_t))
-        if order is not None:
-            inverse = order.argsort()
-            logits, weights = logits[inverse], weights[inverse]
         return logits, weights

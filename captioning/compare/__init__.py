@@ -1,0 +1,10 @@
+"""The controlled comparison: a grid of training runs (cells) keyed by config hash, and its
+report with uncertainty."""
+
+from .grid import Cell, GridRunner, expand_grid, mixed_choice
+from .report import build_markdown, build_report, save_plots
+
+__all__ = [
+    "Cell", "GridRunner", "build_markdown", "build_report", "expand_grid", "mixed_choice",
+    "save_plots",
+]

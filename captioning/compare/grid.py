@@ -1,0 +1,111 @@
+"""Cells of the comparison grid, and running them: each cell is one train() run whose output
+directory is named by its config hash, so a finished cell is never trained again and an
+interrupted grid resumes where it stopped."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from ..models.encoder import encoder_dim
+from ..training import config_hash, train
+
+log = logging.getLogger(__name__)
+
+BLIND = "blind"  # the attention label of a blind cell (features zeroed; attention irrelevant)
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    decoder: str
+    dims: str
+    attention: str
+    seed: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.decoder}/{self.dims}/{self.attention}/s{self.seed}"
+
+    def overrides(self, dims: dict[str, list[str]]) -> list[str]:
+        """Hydra overrides that make this cell out of the experiment's base config."""
+        if self.dims not in dims:
+            raise ValueError(f"compare.dim_settings has no entry '{self.dims}'; known: {sorted(dims)}")
+        out = [f"decoder={self.decoder}", f"seed={self.seed}", *dims[self.dims]]
+        if self.attention == BLIND:
+            return out + ["attention=additive", "data.blind=true"]
+        return out + [f"attention={self.attention}"]
+
+
+def expand_grid(spec: dict) -> list[Cell]:
+    """decoders x dims x (attentions + blind) x seeds, seed-major: a grid stopped half-way has
+    whole seeds done, not whole modes."""
+    modes = list(spec["attentions"]) + ([BLIND] if spec.get("blind", True) else [])
+    return [Cell(dec, dims, mode, seed) for seed in spec["seeds"] for dec in spec["decoders"]
+            for dims in spec["dims"] for mode in modes]
+
+
+def mixed_choice(cfg: DictConfig | dict) -> str:
+    """What `mixed` resolves to for this config, without building it: the dot mode when the
+    query width equals the key width, else additive (see MixedAttention)."""
+    dec, enc, att = cfg["decoder"], cfg["encoder"], cfg["attention"]
+    query = dec["hidden_dim"] if dec["name"] == "lstm" else dec["d_model"]
+    key = enc.get("pca_dim") or encoder_dim(enc["name"])
+    if dec["name"] != "lstm" and dec.get("project_features"):
+        key = dec["d_model"]
+    return att.get("dot", "dot") if query == key else "additive"
+
+
+class GridRunner:
+    """compose(overrides) -> config; cells run into root/cells/<config hash>/."""
+
+    def __init__(self, compose: Callable[[list[str]], DictConfig], overrides: list[str],
+                 root: Path, dims: dict[str, list[str]]) -> None:
+        self.compose, self.overrides, self.root, self.dims = compose, list(overrides), root, dims
+
+    def config(self, cell: Cell, output_dir: Path | None = None) -> tuple[DictConfig, Path]:
+        cfg = self.compose(self.overrides + cell.overrides(self.dims))
+        with open_dict(cfg):
+            cfg.paths.output_dir = "unset"  # paths are not hashed; resolvable without Hydra
+        plain = OmegaConf.to_container(cfg, resolve=True)
+        plain.pop("hydra", None)
+        out = output_dir or self.root / "cells" / config_hash(plain)
+        with open_dict(cfg):
+            cfg.paths.output_dir = str(out)
+        return cfg, out
+
+    def resolve(self, cell: Cell) -> Cell:
+        """A `mixed` cell is by construction the cell of the mode it picks: that one is run."""
+        if cell.attention != "mixed":
+            return cell
+        cfg, _ = self.config(cell)
+        return Cell(cell.decoder, cell.dims, mixed_choice(cfg), cell.seed)
+
+    def run(self, cells: list[Cell]) -> dict[Cell, Path]:
+        """Train every cell that has no results.json yet; -> {cell: its directory}."""
+        dirs: dict[Cell, Path] = {}
+        todo = []
+        for cell in cells:
+            target = self.resolve(cell)
+            _, out = self.config(target)
+            dirs[cell] = out
+            if target not in todo and not (out / "results.json").exists():
+                todo.append(target)
+        done = len({d for d in dirs.values()}) - len(todo)
+        log.info("grid: %d cells, %d distinct runs, %d finished, %d to train",
+                 len(cells), len(set(dirs.values())), done, len(todo))
+        for k, cell in enumerate(todo, 1):
+            cfg, out = self.config(cell)
+            log.info("grid: [%d/%d] training %s -> %s", k, len(todo), cell.label, out)
+            train(cfg)
+        return dirs
+
+    def rerun(self, cell: Cell, output_dir: Path) -> dict:
+        """Train a cell again from scratch into output_dir (the reproducibility check)."""
+        cfg, _ = self.config(self.resolve(cell), output_dir)
+        train(cfg)
+        return json.loads((output_dir / "results.json").read_text())

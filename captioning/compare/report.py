@@ -1,0 +1,208 @@
+"""The comparison's report: per-cell mean +- std and 95% CIs (over seeds, and a bootstrap over
+test images), additive - dot with CIs, attribute accuracy, grounding, entropy, parameters,
+throughput ratios from the benchmark, as Markdown + JSON + PNG plots."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from ..data.vocab import tokenize
+from ..metrics.stats import bleu_stats, bootstrap_bleu, percentile_interval, t_interval
+from .grid import BLIND, Cell
+
+
+def _load(out: Path) -> tuple[dict, dict]:
+    results = json.loads((out / "results.json").read_text())
+    preds = json.loads((out / "predictions.json").read_text())
+    return results, {p["image_id"]: tokenize(p["caption"]) for p in preds}
+
+
+def _fmt(ci: dict, digits: int = 3) -> str:
+    if math.isnan(ci.get("std", math.nan)):
+        return f"{ci['mean']:.{digits}f}"
+    return f"{ci['mean']:.{digits}f} ± {ci['std']:.{digits}f}"
+
+
+def _interval(lo: float, hi: float, digits: int = 3) -> str:
+    return "" if math.isnan(lo) else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def build_report(
+    dirs: dict[Cell, Path],
+    references: dict,
+    spec: dict,
+    throughput: dict | None = None,
+    reruns: list[dict] | None = None,
+    samples: int = 1000,
+) -> dict:
+    """dirs: every cell (aliases included) -> its run dir; references: {image_id: [tokens]}.
+    -> the report as data (build_markdown renders it)."""
+    runs = {cell: _load(out) for cell, out in dirs.items()}
+    image_ids = sorted(references, key=str)
+    stats_cache: dict[Path, np.ndarray] = {}
+
+    def per_image(cell: Cell) -> np.ndarray:  # (M, 10), rows = image_ids
+        out = dirs[cell]
+        if out not in stats_cache:
+            hyps = runs[cell][1]
+            stats_cache[out] = np.stack([bleu_stats(hyps.get(i, []), references[i]) for i in image_ids])
+        return stats_cache[out]
+
+    blind = {(c.decoder, c.dims, c.seed): runs[c][0]["test/bleu4"] for c in runs if c.attention == BLIND}
+    threshold = spec.get("undertrained_margin", 0.10)
+    groups: dict[tuple, list[Cell]] = defaultdict(list)
+    for cell in sorted(runs):
+        groups[(cell.decoder, cell.dims, cell.attention)].append(cell)
+
+    rows = []
+    for (decoder, dims, attention), cells in groups.items():
+        counted, under = [], []
+        for c in cells:
+            b = blind.get((decoder, dims, c.seed))
+            ok = attention == BLIND or b is None or runs[c][0]["test/bleu4"] - b >= threshold
+            (counted if ok else under).append(c)
+        res = [runs[c][0] for c in counted]
+        metric = lambda k: t_interval([r[k] for r in res if k in r])  # noqa: E731
+        bleu = metric("test/bleu4")
+        boot = (percentile_interval(bootstrap_bleu([per_image(c) for c in counted], samples))
+                if counted else (math.nan, math.nan))
+        rows.append({
+            "decoder": decoder, "dims": dims, "attention": attention,
+            "seeds": [c.seed for c in cells], "counted": len(counted),
+            "undertrained": [c.seed for c in under],
+            "bleu4": bleu, "bleu4_boot": boot,
+            "attr_acc": metric("test/attr_acc"), "grounding_ratio": metric("test/grounding_ratio"),
+            "attn_entropy": metric("test/attn_entropy"),
+            "attention_params": res[0].get("attention_params") if res else None,
+            "params": res[0].get("params") if res else None,
+            # mixed is reported from the cell of the mode it resolves to (same run)
+            "same_as": res[0].get("attention_resolved") if attention == "mixed" and res else None,
+        })
+
+    diffs = []
+    for decoder in spec["decoders"]:
+        for dims in spec["dims"]:
+            add, dot = groups.get((decoder, dims, "additive")), groups.get((decoder, dims, "dot"))
+            if not add or not dot:
+                continue
+
+            def counted_seeds(cells):
+                return {c.seed: c for c in cells
+                        if blind.get((decoder, dims, c.seed)) is None
+                        or runs[c][0]["test/bleu4"] - blind[(decoder, dims, c.seed)] >= threshold}
+
+            a, d = counted_seeds(add), counted_seeds(dot)
+            seeds = sorted(set(a) & set(d))
+            if not seeds:
+                continue
+            per_seed = [runs[a[s]][0]["test/bleu4"] - runs[d[s]][0]["test/bleu4"] for s in seeds]
+            draws_a = bootstrap_bleu([per_image(a[s]) for s in seeds], samples)
+            draws_d = bootstrap_bleu([per_image(d[s]) for s in seeds], samples)  # same draws
+            dot_mean = float(np.mean([runs[d[s]][0]["test/bleu4"] for s in seeds]))
+            ci = t_interval(per_seed)
+            rel = 100 * (draws_a - draws_d) / np.maximum(draws_d, 1e-9)
+            attr = [runs[a[s]][0].get("test/attr_acc", math.nan)
+                    - runs[d[s]][0].get("test/attr_acc", math.nan) for s in seeds]
+            diffs.append({
+                "decoder": decoder, "dims": dims, "seeds": seeds,
+                "abs": ci, "abs_boot": percentile_interval(draws_a - draws_d),
+                "rel_pct": 100 * ci["mean"] / dot_mean,
+                "rel_pct_seed": (100 * ci["lo"] / dot_mean, 100 * ci["hi"] / dot_mean),
+                "rel_pct_boot": percentile_interval(rel), "attr_acc_abs": t_interval(attr),
+            })
+    commits = sorted({r[0].get("git_commit") or "unknown" for r in runs.values()})
+    return {"rows": rows, "diffs": diffs, "throughput": throughput or {}, "reruns": reruns or [],
+            "commits": commits, "spec": spec, "bootstrap_samples": samples,
+            "undertrained_margin": threshold}
+
+
+def build_markdown(report: dict) -> str:
+    lines = [f"Commit(s): {', '.join(report['commits'])}. Test split; BLEU-4 = nltk corpus BLEU "
+             f"(0-1). mean ± std over seeds; 95% CI over seeds (t) and by bootstrap over test "
+             f"images ({report['bootstrap_samples']} resamples, mean over seeds). A run counts "
+             f"only if it beats its blind run (same decoder, dims, seed) by "
+             f">= {report['undertrained_margin']:.2f} BLEU-4.", ""]
+    lines += ["| decoder | dims | attention | BLEU-4 | 95% CI seeds | 95% CI images | attr acc | "
+              "grounding (x uniform) | entropy | attention params | counted |",
+              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in report["rows"]:
+        b = r["bleu4"]
+        name = r["attention"] + (f" (= {r['same_as']})" if r["same_as"] else "")
+        note = f"{r['counted']}/{len(r['seeds'])}" + (
+            f" (undertrained: seeds {r['undertrained']})" if r["undertrained"] else "")
+        params = "" if r["attention_params"] is None else f"{r['attention_params']:,}"
+        g = r["grounding_ratio"]
+        lines.append(
+            f"| {r['decoder']} | {r['dims']} | {name} | {_fmt(b)} | {_interval(b['lo'], b['hi'])} | "
+            f"{_interval(*r['bleu4_boot'])} | {_fmt(r['attr_acc'])} | "
+            f"{'' if math.isnan(g['mean']) else _fmt(g, 2)} | {_fmt(r['attn_entropy'], 2)} | "
+            f"{params} | {note} |"
+        )
+    if report["diffs"]:
+        lines += ["", "Additive - dot (paired by seed; the image bootstrap resamples the same images "
+                  "for both):", "",
+                  "| decoder | dims | seeds | BLEU-4 diff | 95% CI seeds | 95% CI images | relative % | "
+                  "95% CI seeds | 95% CI images | attr acc diff |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for d in report["diffs"]:
+            a = d["abs"]
+            lines.append(
+                f"| {d['decoder']} | {d['dims']} | {len(d['seeds'])} | {a['mean']:+.4f} | "
+                f"{_interval(a['lo'], a['hi'], 4)} | {_interval(*d['abs_boot'], 4)} | "
+                f"{d['rel_pct']:+.1f}% | {_interval(*d['rel_pct_seed'], 1)} | "
+                f"{_interval(*d['rel_pct_boot'], 1)} | {d['attr_acc_abs']['mean']:+.3f} |")
+    tp = report["throughput"]
+    if tp:
+        lines += ["", "Training throughput, dot / additive (scripts/benchmark.py, one process, "
+                  f"{tp.get('shapes', 'default shapes')}):", ""]
+        lines += [f"- {k}: {v:.2f}x" for k, v in tp.items() if k != "shapes"]
+    if report["reruns"]:
+        lines += ["", "Reproducibility (cells trained again from scratch, same seed):", "",
+                  "| cell | BLEU-4 first | BLEU-4 again | difference |", "|---|---:|---:|---:|"]
+        for r in report["reruns"]:
+            lines.append(f"| {r['cell']} | {r['first']:.4f} | {r['again']:.4f} | "
+                         f"{r['again'] - r['first']:+.4f} |")
+    return "\n".join(lines) + "\n"
+
+
+def save_plots(report: dict, out: Path) -> list[Path]:
+    """bleu4.png, attr_acc.png, grounding.png: bars per attention x dims, one panel per
+    decoder, error bars = 95% CI over seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in report["rows"] if r["counted"]]
+    decoders = sorted({r["decoder"] for r in rows})
+    dims = list(dict.fromkeys(r["dims"] for r in rows))
+    modes = list(dict.fromkeys(r["attention"] for r in rows))
+    paths = []
+    for key, title in (("bleu4", "test BLEU-4"), ("attr_acc", "attribute accuracy"),
+                       ("grounding_ratio", "attention in box / uniform")):
+        fig, axes = plt.subplots(1, len(decoders), figsize=(5.5 * len(decoders), 3.6), squeeze=False)
+        for ax, dec in zip(axes[0], decoders):
+            width = 0.8 / max(1, len(dims))
+            for j, dim in enumerate(dims):
+                vals, errs = [], []
+                for m in modes:
+                    r = next((r for r in rows
+                              if (r["decoder"], r["dims"], r["attention"]) == (dec, dim, m)), None)
+                    ci = r[key] if r else {"mean": math.nan, "lo": math.nan, "hi": math.nan}
+                    vals.append(ci["mean"])
+                    errs.append(0 if math.isnan(ci["lo"]) else ci["hi"] - ci["mean"])
+                ax.bar(np.arange(len(modes)) + j * width, vals, width, yerr=errs, capsize=3, label=dim)
+            ax.set_xticks(np.arange(len(modes)) + width * (len(dims) - 1) / 2, modes, rotation=20)
+            ax.set_title(f"{dec}: {title}")
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out / f"{key.split('_')[0] if key != 'attr_acc' else key}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        paths.append(path)
+    return paths

@@ -1,0 +1,138 @@
+"""The comparison grid: expansion, mixed resolution, skip/resume, the mixed identity, the report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+import captioning.compare.grid as grid_mod
+from captioning.compare import (
+    Cell,
+    GridRunner,
+    build_markdown,
+    build_report,
+    expand_grid,
+    mixed_choice,
+    save_plots,
+)
+from captioning.training import train
+
+SPEC = {"attentions": ["additive", "dot", "mixed"], "decoders": ["lstm"], "seeds": [0, 1],
+        "dims": ["mismatched", "matched"], "blind": True}
+DIMS = {"mismatched": ["encoder.pca_dim=null"], "matched": ["encoder.pca_dim=512"]}
+
+
+def test_expand_grid_is_seed_major_with_blinds():
+    cells = expand_grid(SPEC)
+    assert len(cells) == 2 * 2 * (3 + 1)
+    assert [c.seed for c in cells[:8]] == [0] * 8  # a half-done grid has whole seeds
+    assert Cell("lstm", "matched", "blind", 1) in cells
+    assert Cell("lstm", "matched", "blind", 0).overrides(DIMS) == [
+        "decoder=lstm", "seed=0", "encoder.pca_dim=512", "attention=additive", "data.blind=true"]
+    with pytest.raises(ValueError, match="dim_settings"):
+        Cell("lstm", "other", "dot", 0).overrides(DIMS)
+
+
+def _cfg(decoder="lstm", pca=None, project=False):
+    dec = {"name": decoder, "hidden_dim": 512, "d_model": 512, "project_features": project}
+    return OmegaConf.create({"decoder": dec, "encoder": {"name": "resnet50", "pca_dim": pca},
+                             "attention": {"name": "mixed", "dot": "dot"}})
+
+
+def test_mixed_choice_follows_the_widths():
+    assert mixed_choice(_cfg(pca=512)) == "dot"
+    assert mixed_choice(_cfg(pca=None)) == "additive"  # 512 queries, 2048-d keys
+    assert mixed_choice(_cfg("transformer", pca=None)) == "additive"
+    assert mixed_choice(_cfg("transformer", pca=None, project=True)) == "dot"
+
+
+class FakeRuns:
+    """compose() from override lists and a train() that writes results: counts real work."""
+
+    def __init__(self):
+        self.trained: list[str] = []
+
+    def compose(self, overrides):
+        kv = dict(o.split("=", 1) for o in overrides)
+        pca = None if kv.get("encoder.pca_dim", "null") == "null" else int(kv["encoder.pca_dim"])
+        return OmegaConf.create({
+            "decoder": {"name": kv.get("decoder", "lstm"), "hidden_dim": 512},
+            "encoder": {"name": "resnet50", "pca_dim": pca},
+            "attention": {"name": kv.get("attention", "additive"), "dot": "dot"},
+            "data": {"blind": kv.get("data.blind") == "true"},
+            "seed": int(kv.get("seed", 0)), "paths": {"output_dir": "x"},
+        })
+
+    def train(self, cfg):
+        out = Path(cfg.paths.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self.trained.append(f"{cfg.attention.name}/{cfg.encoder.pca_dim}/{cfg.seed}/{cfg.data.blind}")
+        (out / "results.json").write_text(json.dumps({"test/bleu4": 0.5}))
+
+
+def test_finished_cells_are_skipped_and_grids_resume(tmp_path, monkeypatch):
+    fake = FakeRuns()
+    monkeypatch.setattr(grid_mod, "train", fake.train)
+    runner = GridRunner(fake.compose, [], tmp_path, DIMS)
+    cells = expand_grid(SPEC)
+    dirs = runner.run(cells)
+    # mixed is never trained: matched -> the dot cell, mismatched -> the additive cell
+    assert len(fake.trained) == 2 * 2 * 3 and not any(t.startswith("mixed") for t in fake.trained)
+    assert dirs[Cell("lstm", "matched", "mixed", 0)] == dirs[Cell("lstm", "matched", "dot", 0)]
+    assert dirs[Cell("lstm", "mismatched", "mixed", 1)] == dirs[Cell("lstm", "mismatched", "additive", 1)]
+    assert len(set(dirs.values())) == 12
+    runner.run(cells)  # everything finished: nothing runs
+    assert len(fake.trained) == 12
+    (dirs[Cell("lstm", "matched", "dot", 1)] / "results.json").unlink()  # interrupted there
+    runner.run(cells)
+    assert fake.trained[12:] == ["dot/512/1/False"]
+
+
+def test_mixed_trains_identically_to_the_mode_it_picks(tiny_cfg):
+    """Matched widths (64-d PCA features, 64-d queries): mixed == dot, same seed, same numbers."""
+    matched = ["encoder.normalize=pca_whiten", "encoder.pca_dim=64", "trainer.max_epochs=2",
+               "decode.beam_size=1"]
+    mixed = train(tiny_cfg("attention=mixed", *matched))
+    dot = train(tiny_cfg("attention=dot", *matched))
+    assert mixed["attention_resolved"] == "dot"
+    for key in ("test/bleu4", "test/bleu1", "test/attr_acc", "test/attn_entropy"):
+        assert mixed[key] == dot[key], key
+
+
+def _write_run(out: Path, bleu4: float, caption: str, attr: float, attention: str) -> Path:
+    out.mkdir(parents=True)
+    (out / "results.json").write_text(json.dumps({
+        "test/bleu4": bleu4, "test/attr_acc": attr, "test/attn_entropy": 1.0,
+        "attention_resolved": attention, "attention_params": 10, "params": 100,
+        "git_commit": "abc",
+    }))
+    (out / "predictions.json").write_text(json.dumps([{"image_id": 1, "caption": caption},
+                                                      {"image_id": 2, "caption": caption}]))
+    return out
+
+
+def test_report_pairs_seeds_flags_undertrained_and_renders(tmp_path):
+    ref = ["a", "red", "circle", "on", "the", "left"]
+    refs = {1: [ref], 2: [ref]}
+    spec = {**SPEC, "dims": ["matched"], "undertrained_margin": 0.10}
+    dirs = {}
+    values = {("additive", 0): 0.60, ("additive", 1): 0.50, ("dot", 0): 0.40, ("dot", 1): 0.40,
+              ("blind", 0): 0.20, ("blind", 1): 0.45}
+    for (mode, seed), b4 in values.items():
+        dirs[Cell("lstm", "matched", mode, seed)] = _write_run(
+            tmp_path / f"{mode}{seed}", b4, "a red circle on the left", 0.5, mode)
+    report = build_report(dirs, refs, spec, samples=50)
+    rows = {r["attention"]: r for r in report["rows"]}
+    # seed 1: additive 0.50 - blind 0.45 < 0.10 -> undertrained; dot 0.40 too.
+    assert rows["additive"]["undertrained"] == [1] and rows["additive"]["counted"] == 1
+    assert rows["additive"]["bleu4"]["mean"] == pytest.approx(0.60)
+    (diff,) = report["diffs"]
+    assert diff["seeds"] == [0] and diff["abs"]["mean"] == pytest.approx(0.20)
+    assert diff["rel_pct"] == pytest.approx(50.0)
+    md = build_markdown(report)
+    assert "undertrained: seeds [1]" in md and "+0.2000" in md
+    paths = save_plots(report, tmp_path)
+    assert all(p.stat().st_size > 1000 for p in paths)
