@@ -22,7 +22,7 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from captioning.compare import GridRunner, build_markdown, build_report, expand_grid, save_plots
 from captioning.compare.grid import BLIND
@@ -95,16 +95,19 @@ def main(argv: list[str]) -> Path:
     print(markdown)
     log.info("report: %s (grid %.0f s)", out / "report.md", train_s)
     if "wandb" in (cfg.get("logger") or {}):
-        _wandb_summary(cfg, spec, report, markdown, plots)
+        _wandb_summary(cfg, spec, report, markdown, plots, out)
     return out
 
 
-def _wandb_summary(cfg, spec, report, markdown, plots) -> None:
-    """One run of job_type 'compare' holding the table and the plots."""
+def _wandb_summary(cfg, spec, report, markdown, plots, out: Path) -> None:
+    """One run of job_type 'compare' holding the table and the plots, saved beside the report."""
     from captioning.lit.loggers import wandb_logger
 
-    logger = wandb_logger(**{**OmegaConf.to_container(cfg.logger.wandb, resolve=True),
-                             "name": f"compare-{spec['name']}", "group": "compare",
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(out)  # no Hydra run dir here: save beside the report
+    settings = OmegaConf.to_container(cfg.logger.wandb, resolve=True)
+    settings.pop("_target_", None)
+    logger = wandb_logger(**{**settings, "name": f"compare-{spec['name']}", "group": "compare",
                              "job_type": "compare", "tags": ["compare", spec["name"]]})
     if logger is None:
         return

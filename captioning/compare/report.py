@@ -69,16 +69,18 @@ def build_report(
         res = [runs[c][0] for c in counted]
         metric = lambda k: t_interval([r[k] for r in res if k in r])  # noqa: E731
         bleu = metric("test/bleu4")
+        raw = t_interval([runs[c][0]["test/bleu4"] for c in under])  # shown, never compared
         boot = (percentile_interval(bootstrap_bleu([per_image(c) for c in counted], samples))
                 if counted else (math.nan, math.nan))
         rows.append({
             "decoder": decoder, "dims": dims, "attention": attention,
             "seeds": [c.seed for c in cells], "counted": len(counted),
             "undertrained": [c.seed for c in under],
-            "bleu4": bleu, "bleu4_boot": boot,
+            "bleu4": bleu, "bleu4_boot": boot, "bleu4_undertrained": raw,
             "attr_acc": metric("test/attr_acc"), "grounding_ratio": metric("test/grounding_ratio"),
             "attn_entropy": metric("test/attn_entropy"),
-            "attention_params": res[0].get("attention_params") if res else None,
+            "attention_params": (res[0].get("attention_params")
+                                 if res and attention != BLIND else None),
             "params": res[0].get("params") if res else None,
             # mixed is reported from the cell of the mode it resolves to (same run)
             "same_as": res[0].get("attention_resolved") if attention == "mixed" and res else None,
@@ -136,6 +138,11 @@ def build_markdown(report: dict) -> str:
         note = f"{r['counted']}/{len(r['seeds'])}" + (
             f" (undertrained: seeds {r['undertrained']})" if r["undertrained"] else "")
         params = "" if r["attention_params"] is None else f"{r['attention_params']:,}"
+        if not r["counted"]:  # undertrained only: its raw BLEU-4, never used in comparisons
+            b = {**r["bleu4_undertrained"], "lo": math.nan}
+            lines.append(f"| {r['decoder']} | {r['dims']} | {name} | ({_fmt(b)}) |  |  |  |  |  |  | "
+                         f"{note} |")
+            continue
         g = r["grounding_ratio"]
         lines.append(
             f"| {r['decoder']} | {r['dims']} | {name} | {_fmt(b)} | {_interval(b['lo'], b['hi'])} | "
