@@ -110,3 +110,14 @@ def test_matched_width_pca_features_train_and_reload(tiny_cfg):
     assert results["attention_resolved"] == "additive"  # query 64 != key 16
     model, _, _ = load_checkpoint(f"{cfg.paths.output_dir}/checkpoints/last.ckpt")
     assert model.normalizer.out_dim == 16 and model.decoder.attention.key_dim == 16
+
+
+@pytest.mark.slow
+def test_model_compile_trains_and_reports_its_first_step(tiny_cfg, tmp_path, monkeypatch):
+    """model.compile=true: the attention modules are compiled (gcc on CPU); the compile cost
+    lands in first_step_s, and the run's numbers match the eager run closely."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    eager = train(tiny_cfg("trainer.max_epochs=1", "decode.beam_size=1"))
+    compiled = train(tiny_cfg("trainer.max_epochs=1", "decode.beam_size=1", "model.compile=true"))
+    assert compiled["first_step_s"] > compiled["median_step_s"]
+    assert compiled["test/bleu4"] == pytest.approx(eager["test/bleu4"], abs=0.05)
