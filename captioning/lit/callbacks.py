@@ -104,11 +104,8 @@ def _to_wandb(logger: WandbLogger, rows, figures, epoch: int, step: int) -> None
     for image_id, image, generated, refs in rows:
         table.add_data(epoch, str(image_id), wandb.Image(image), generated, "\n".join(refs))
     media = {"val/samples": table}
-    if figures:
-        media["val/attention"] = [
-            wandb.Image(fig, caption=f"{image_id}: {' '.join(words)}")
-            for image_id, words, fig in figures
-        ]
+    for image_id, words, fig in figures:  # one key per image: its own step slider in the UI
+        media[f"val/attention/{image_id}"] = wandb.Image(fig, caption=" ".join(words))
     logger.experiment.log({**media, "trainer/global_step": step})
 
 
