@@ -40,12 +40,8 @@ def read_run(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-def test_mode_rules(monkeypatch, tmp_path):
-    for var in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL"):
-        monkeypatch.delenv(var, raising=False)
-    netrc = tmp_path / "netrc"
-    netrc.write_text("")
-    monkeypatch.setenv("NETRC", str(netrc))
+def test_mode_rules(wandb_env, monkeypatch):
+    netrc = wandb_env / "netrc"
     assert wandb_mode("auto")[0] == "offline"
     assert wandb_mode("online")[0] == "online"  # logger.mode is explicit
     netrc.write_text("machine api.wandb.ai\n  login user\n  password " + "k" * 40 + "\n")
