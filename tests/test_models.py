@@ -162,3 +162,28 @@ def test_naive_baseline_gives_the_same_outputs(decoder, name):
     naive_dec = greedy_decode(dec, feats, 1, 2, max_len=6)
     assert torch.allclose(fast[0], naive[0], atol=1e-5) and torch.allclose(fast[1], naive[1], atol=1e-6)
     assert torch.equal(fast_dec[0], naive_dec[0]) and torch.allclose(fast_dec[1], naive_dec[1], atol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["standard", "pca_whiten"])
+def test_normaliser_stays_finite_on_a_channel_dead_in_training(method):
+    """A channel that is constant on the training split (a dead ReLU) but fires on a test image
+    must give a bounded value, not 1e6 (inf once features are stored as fp16)."""
+    from captioning.models import FeatureNormalizer, fit_normalizer
+
+    torch.manual_seed(0)
+    train = torch.randn(500, 8) * torch.linspace(0.5, 3, 8)
+    train[:, 3] = 0.0  # dead on every training position
+    mean, transform = fit_normalizer(train, method, eps=0.1)
+    norm = FeatureNormalizer(8, transform.shape[1])
+    norm.mean.copy_(mean)
+    norm.transform.copy_(transform)
+    test = torch.randn(1, 4, 8)
+    test[..., 3] = 5.0  # it fires here
+    out = norm(test).half()
+    assert torch.isfinite(out).all() and out.abs().max() < 100
+    # On the training split the live channels come out at unit scale, damped below it the
+    # more, the smaller their variance (the damping adds 0.1 x the mean variance).
+    z = norm(train.unsqueeze(0))[0]
+    live = [0, 1, 2, 4, 5, 6, 7] if method == "standard" else list(range(7))
+    std = z[:, live].std(0)
+    assert (std > 0.5).all() and (std < 1.01).all()

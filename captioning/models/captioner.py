@@ -47,7 +47,8 @@ def fit_normalizer(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fit on training features (M, C) -> (mean (C,), transform (C, D)).
 
-    eps is relative to the mean eigenvalue: it damps the whitening of near-empty directions.
+    eps is relative to the mean eigenvalue (mean variance for `standard`): it damps the scaling
+    of near-empty directions.
     """
     x = features.double()
     mean = x.mean(0)
@@ -55,7 +56,11 @@ def fit_normalizer(
     if method == "standard":
         if dim is not None and dim != x.shape[1]:
             raise ValueError("encoder.normalize=standard keeps the width; use pca_whiten for dim")
-        return mean.float(), torch.diag(1.0 / x.std(0).clamp_min(1e-6)).float()
+        # Damped like the whitening below: a channel (nearly) constant on the training split
+        # (a dead ReLU) must not turn a small deviation on a test image into 1e6 (inf in fp16).
+        var = x.var(0)
+        scale = 1.0 / torch.sqrt(var + eps * var.mean() + 1e-12)
+        return mean.float(), torch.diag(scale).float()
     if method != "pca_whiten":
         raise ValueError(f"encoder.normalize must be 'standard' or 'pca_whiten', got '{method}'")
     cov = x.T @ x / (x.shape[0] - 1)
