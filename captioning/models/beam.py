@@ -1,8 +1,9 @@
 """Batched beam search over the decoder API (prepare / init_state / step / reorder).
 
-Keys are prepared once per image and expanded over its beams; images whose search is over leave
-the batch, so finished work costs nothing. Scores are summed log-probabilities divided by the
-GNMT length penalty ((5 + len) / 6) ** alpha; alpha = 0 ranks by plain log-probability.
+Keys are prepared once per image and read by all its beams without copies (the attention
+modules treat an image's beams as extra queries); images whose search is over leave the batch,
+so finished work costs nothing. Scores are summed log-probabilities divided by the GNMT length
+penalty ((5 + len) / 6) ** alpha; alpha = 0 ranks by plain log-probability.
 """
 
 from __future__ import annotations
