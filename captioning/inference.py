@@ -54,11 +54,11 @@ def caption_images(
         ids, weights = decode_batch(model.decoder, feats, vocab.bos, vocab.eos, vocab.pad, settings)
         for i, tok, w in zip(ok, ids, weights):
             path = paths[start + i]
-            words = vocab.decode(tok)
+            words, w = vocab.decode_aligned(tok, w)
             fig = _figure_path(attention_map, path, many)
             if fig is not None:
                 rgb = np.ascontiguousarray(items[i][0].permute(1, 2, 0).numpy())
-                attention_figure(rgb, words, w[: len(words)], fig)
+                attention_figure(rgb, words, w, fig)
             results.append({"image": str(path), "caption": " ".join(words),
                             "figure": str(fig) if fig else None})
     return results, skipped

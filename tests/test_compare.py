@@ -120,7 +120,7 @@ def test_report_pairs_seeds_flags_undertrained_and_renders(tmp_path):
     spec = {**SPEC, "dims": ["matched"], "undertrained_margin": 0.10}
     dirs = {}
     values = {("additive", 0): 0.60, ("additive", 1): 0.50, ("dot", 0): 0.40, ("dot", 1): 0.40,
-              ("blind", 0): 0.20, ("blind", 1): 0.45}
+              ("blind", 0): 0.20, ("blind", 1): 0.45, ("scaled_dot", 0): 0.25, ("scaled_dot", 1): 0.30}
     for (mode, seed), b4 in values.items():
         dirs[Cell("lstm", "matched", mode, seed)] = _write_run(
             tmp_path / f"{mode}{seed}", b4, "a red circle on the left", 0.5, mode)
@@ -134,5 +134,24 @@ def test_report_pairs_seeds_flags_undertrained_and_renders(tmp_path):
     assert diff["rel_pct"] == pytest.approx(50.0)
     md = build_markdown(report)
     assert "undertrained: seeds [1]" in md and "+0.2000" in md
+    # A mode undertrained at every seed: raw numbers in parentheses, no CI, never compared.
+    assert rows["scaled_dot"]["counted"] == 0
+    assert rows["scaled_dot"]["undertrained_metrics"]["bleu4"]["mean"] == pytest.approx(0.275)
+    line = next(x for x in md.splitlines() if "| scaled_dot |" in x)
+    assert "(0.275 ± 0.035)" in line and "(0.500 ± 0.000)" in line and "(1.00 ± 0.00)" in line
+    assert "[" not in line.split("undertrained")[0]  # no confidence interval for uncounted runs
     paths = save_plots(report, tmp_path)
     assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_reruns_train_once_and_report_only_never_trains(tmp_path, monkeypatch):
+    fake = FakeRuns()
+    monkeypatch.setattr(grid_mod, "train", fake.train)
+    runner = GridRunner(fake.compose, [], tmp_path, DIMS)
+    cell = Cell("lstm", "matched", "mixed", 0)  # reruns the cell mixed resolves to
+    assert runner.rerun(cell, tmp_path / "verify" / "a", train_missing=False) is None
+    assert fake.trained == []
+    assert runner.rerun(cell, tmp_path / "verify" / "a")["test/bleu4"] == 0.5
+    assert fake.trained == ["dot/512/0/False"]
+    runner.rerun(cell, tmp_path / "verify" / "a")  # finished before: read back
+    assert len(fake.trained) == 1

@@ -24,6 +24,18 @@ def test_vocab_min_freq_specials_and_round_trip():
         Vocabulary(["a", "b"])
 
 
+def test_decode_aligned_keeps_the_weight_rows_of_real_words():
+    import torch
+
+    v = Vocabulary([*SPECIALS, "a", "red", "circle"])
+    a, red, circle = (v.stoi[w] for w in ("a", "red", "circle"))
+    ids = [a, v.pad, red, v.bos, circle, v.eos, a]  # a greedy decoder may emit <pad>/<bos>
+    weights = torch.arange(7.0)[:, None]  # (7, 1): row t = t
+    words, w = v.decode_aligned(ids, weights)
+    assert words == v.decode(ids) == ["a", "red", "circle"]
+    assert w.flatten().tolist() == [0.0, 2.0, 4.0]  # not rows 0..2
+
+
 def test_bleu_matches_nltk_and_scale():
     refs = [[["a", "red", "circle", "at", "the", "top"], ["a", "red", "ball", "on", "top"]],
             [["two", "blue", "squares", "side", "by", "side"]]]

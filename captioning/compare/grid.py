@@ -104,8 +104,14 @@ class GridRunner:
             train(cfg)
         return dirs
 
-    def rerun(self, cell: Cell, output_dir: Path) -> dict:
-        """Train a cell again from scratch into output_dir (the reproducibility check)."""
-        cfg, _ = self.config(self.resolve(cell), output_dir)
-        train(cfg)
-        return json.loads((output_dir / "results.json").read_text())
+    def rerun(self, cell: Cell, output_dir: Path, train_missing: bool = True) -> dict | None:
+        """Train a cell again from scratch into output_dir (the reproducibility check). A rerun
+        that finished before is read back, not trained a third time; with train_missing=False
+        a missing one gives None."""
+        done = output_dir / "results.json"
+        if not done.exists():
+            if not train_missing:
+                return None
+            cfg, _ = self.config(self.resolve(cell), output_dir)
+            train(cfg)
+        return json.loads(done.read_text())

@@ -69,14 +69,17 @@ def build_report(
         res = [runs[c][0] for c in counted]
         metric = lambda k: t_interval([r[k] for r in res if k in r])  # noqa: E731
         bleu = metric("test/bleu4")
-        raw = t_interval([runs[c][0]["test/bleu4"] for c in under])  # shown, never compared
+        # Undertrained runs are shown (BLEU-4, attr acc, entropy: a collapsed attention has
+        # entropy ~0), never compared.
+        raw = {k: t_interval([runs[c][0][f"test/{k}"] for c in under if f"test/{k}" in runs[c][0]])
+               for k in ("bleu4", "attr_acc", "attn_entropy")}
         boot = (percentile_interval(bootstrap_bleu([per_image(c) for c in counted], samples))
                 if counted else (math.nan, math.nan))
         rows.append({
             "decoder": decoder, "dims": dims, "attention": attention,
             "seeds": [c.seed for c in cells], "counted": len(counted),
             "undertrained": [c.seed for c in under],
-            "bleu4": bleu, "bleu4_boot": boot, "bleu4_undertrained": raw,
+            "bleu4": bleu, "bleu4_boot": boot, "undertrained_metrics": raw,
             "attr_acc": metric("test/attr_acc"), "grounding_ratio": metric("test/grounding_ratio"),
             "attn_entropy": metric("test/attn_entropy"),
             "attention_params": (res[0].get("attention_params")
@@ -138,10 +141,11 @@ def build_markdown(report: dict) -> str:
         note = f"{r['counted']}/{len(r['seeds'])}" + (
             f" (undertrained: seeds {r['undertrained']})" if r["undertrained"] else "")
         params = "" if r["attention_params"] is None else f"{r['attention_params']:,}"
-        if not r["counted"]:  # undertrained only: its raw BLEU-4, never used in comparisons
-            b = {**r["bleu4_undertrained"], "lo": math.nan}
-            lines.append(f"| {r['decoder']} | {r['dims']} | {name} | ({_fmt(b)}) |  |  |  |  |  |  | "
-                         f"{note} |")
+        if not r["counted"]:  # undertrained only: raw numbers in (), never used in comparisons
+            raw = r["undertrained_metrics"]
+            lines.append(f"| {r['decoder']} | {r['dims']} | {name} | ({_fmt(raw['bleu4'])}) |  |  | "
+                         f"({_fmt(raw['attr_acc'])}) |  | ({_fmt(raw['attn_entropy'], 2)}) | "
+                         f"{params} | {note} |")
             continue
         g = r["grounding_ratio"]
         lines.append(

@@ -45,11 +45,23 @@ class Vocabulary:
 
     def decode(self, ids: Iterable[int]) -> list[str]:
         """Words up to the first <eos>, specials dropped."""
-        words = []
-        for i in ids:
-            i = int(i)
+        ids = [int(i) for i in ids]
+        return [self.itos[ids[t]] for t in self._kept(ids)]
+
+    def decode_aligned(self, ids: list[int], weights):
+        """(words, their rows of `weights`): row t of a decoder's weights belongs to token t of
+        `ids`, so the rows of dropped specials must go too (slicing weights[:len(words)] is
+        wrong as soon as a <pad> or <bos> was generated). weights (len(ids) or more, N)."""
+        ids = [int(i) for i in ids]
+        kept = self._kept(ids)
+        return [self.itos[ids[t]] for t in kept], weights[kept]
+
+    def _kept(self, ids: list[int]) -> list[int]:
+        """Positions of real words: before the first <eos>, <pad> and <bos> dropped."""
+        kept = []
+        for t, i in enumerate(ids):
             if i == self.eos:
                 break
             if i not in (self.pad, self.bos):
-                words.append(self.itos[i])
-        return words
+                kept.append(t)
+        return kept

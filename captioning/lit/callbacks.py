@@ -75,7 +75,7 @@ class ValidationMedia(pl.Callback):
         for k, (record, tok, w) in enumerate(zip(records, ids, weights)):
             pixels, ok = files[k]
             image = pixels.permute(1, 2, 0).numpy() if ok else np.zeros((8, 8, 3), np.uint8)
-            words = vocab.decode(tok)
+            words, w = vocab.decode_aligned(tok, w)
             refs = [" ".join(c) for c in record.captions]
             rows.append((record.image_id, image, " ".join(words), refs))
             if k < self.num_attention and ok and words:
@@ -91,10 +91,11 @@ class ValidationMedia(pl.Callback):
 
 
 def attention_array(image: np.ndarray, words: list[str], weights: torch.Tensor) -> np.ndarray:
-    """The attention figure (input + one panel per word) as an (H, W, 3) uint8 array."""
+    """The attention figure (input + one panel per word; weights (len(words), N)) as an
+    (H, W, 3) uint8 array."""
     from ..visualize import attention_canvas
 
-    return attention_canvas(image, words, weights[: len(words)])
+    return attention_canvas(image, words, weights)
 
 
 def _to_wandb(logger: WandbLogger, rows, figures, epoch: int, step: int) -> None:

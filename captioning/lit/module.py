@@ -61,12 +61,10 @@ class CaptioningModule(pl.LightningModule):
         for i, words, w, refs, objs, image_id in zip(
             batch["index"].tolist(), ids, weights, batch["refs"], batch["objects"], batch["image_id"]
         ):
-            out = {"index": i, "hyp": v.decode(words), "refs": refs, "objects": objs,
-                   "image_id": image_id}
+            hyp, w = v.decode_aligned(words, w)  # w: (len(hyp), N), row t <-> word t
+            out = {"index": i, "hyp": hyp, "refs": refs, "objects": objs, "image_id": image_id}
             if objs and "bbox" in objs[0]:  # ground truth boxes: keep weights for grounding
-                # row t of weights <-> word t of hyp (decode drops specials, so align here)
-                keep = [t for t, i in enumerate(words[: len(w)]) if i not in (v.pad, v.bos, v.eos)]
-                out["weights"] = w[keep[: len(out["hyp"])]].float().cpu()
+                out["weights"] = w.float().cpu()
             self._outputs.append(out)
 
     def _gather(self) -> list[dict]:
