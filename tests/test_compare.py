@@ -133,7 +133,7 @@ def test_report_pairs_seeds_flags_undertrained_and_renders(tmp_path):
     assert diff["seeds"] == [0] and diff["abs"]["mean"] == pytest.approx(0.20)
     assert diff["rel_pct"] == pytest.approx(50.0)
     md = build_markdown(report)
-    assert "undertrained: seeds [1]" in md and "+0.2000" in md
+    assert "undertrained: seeds [1]; BLEU-4 0.500; entropy 1.00" in md and "+0.2000" in md
     # A mode undertrained at every seed: raw numbers in parentheses, no CI, never compared.
     assert rows["scaled_dot"]["counted"] == 0
     assert rows["scaled_dot"]["undertrained_metrics"]["bleu4"]["mean"] == pytest.approx(0.275)

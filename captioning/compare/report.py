@@ -79,6 +79,9 @@ def build_report(
             "decoder": decoder, "dims": dims, "attention": attention,
             "seeds": [c.seed for c in cells], "counted": len(counted),
             "undertrained": [c.seed for c in under],
+            "undertrained_runs": [{"seed": c.seed, "bleu4": runs[c][0]["test/bleu4"],
+                                   "attn_entropy": runs[c][0].get("test/attn_entropy", math.nan)}
+                                  for c in under],
             "bleu4": bleu, "bleu4_boot": boot, "undertrained_metrics": raw,
             "attr_acc": metric("test/attr_acc"), "grounding_ratio": metric("test/grounding_ratio"),
             "attn_entropy": metric("test/attn_entropy"),
@@ -139,7 +142,10 @@ def build_markdown(report: dict) -> str:
         b = r["bleu4"]
         name = r["attention"] + (f" (= {r['same_as']})" if r["same_as"] else "")
         note = f"{r['counted']}/{len(r['seeds'])}" + (
-            f" (undertrained: seeds {r['undertrained']})" if r["undertrained"] else "")
+            f" (undertrained: seeds {r['undertrained']}; BLEU-4 "
+            + ", ".join(f"{u['bleu4']:.3f}" for u in r["undertrained_runs"]) + "; entropy "
+            + ", ".join(f"{u['attn_entropy']:.2f}" for u in r["undertrained_runs"]) + ")"
+            if r["undertrained"] else "")
         params = "" if r["attention_params"] is None else f"{r['attention_params']:,}"
         if not r["counted"]:  # undertrained only: raw numbers in (), never used in comparisons
             raw = r["undertrained_metrics"]
