@@ -33,14 +33,23 @@ def config_hash(cfg: dict) -> str:
     return hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
 
+_RESULT_PATHS = ("captioning", "conf", "scripts", "train.py", "pyproject.toml")
+
+
 def git_commit() -> str | None:
-    """HEAD of the repository the code runs from, '+dirty' when it has uncommitted changes."""
+    """HEAD of the repository the code runs from, '+dirty' when files that can change a result
+    (the package, configs, scripts, train.py, pyproject.toml) have uncommitted changes; an edited
+    README does not count."""
     here = Path(__file__).resolve().parent
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=here, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", *_RESULT_PATHS],
+            cwd=top, capture_output=True, text=True, check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
     return sha + ("+dirty" if dirty else "")

@@ -25,7 +25,6 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from captioning.compare import GridRunner, build_markdown, build_report, expand_grid, save_plots
-from captioning.compare.grid import BLIND
 from captioning.data.karpathy import load_karpathy
 from captioning.data.prepare import resolve_json
 
@@ -74,13 +73,7 @@ def main(argv: list[str]) -> Path:
     else:  # report only: the cells that exist
         dirs = {c: d for c in cells if ((d := runner.config(runner.resolve(c))[1]) / "results.json").exists()}
     train_s = time.time() - start
-    reruns = []
-    trained = sorted({c for c in dirs if c.attention not in (BLIND, "mixed")}, key=lambda c: c.seed)
-    for cell in trained[: spec.get("verify", 0)]:
-        first = json.loads((dirs[cell] / "results.json").read_text())["test/bleu4"]
-        again = runner.rerun(cell, root / "verify" / dirs[cell].name, spec.get("train", True))
-        if again is not None:  # report-only mode shows the reruns that exist
-            reruns.append({"cell": cell.label, "first": first, "again": again["test/bleu4"]})
+    reruns = runner.verify(dirs, spec.get("verify", 0), spec.get("train", True))
     data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
     json_path, image_root = resolve_json(data_cfg)
     refs = {r.image_id: r.captions for r in load_karpathy(json_path, image_root) if r.split == "test"}

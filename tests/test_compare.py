@@ -155,3 +155,18 @@ def test_reruns_train_once_and_report_only_never_trains(tmp_path, monkeypatch):
     assert fake.trained == ["dot/512/0/False"]
     runner.rerun(cell, tmp_path / "verify" / "a")  # finished before: read back
     assert len(fake.trained) == 1
+
+
+def test_verify_picks_cells_in_grid_order_and_reports_existing_reruns(tmp_path, monkeypatch):
+    fake = FakeRuns()
+    monkeypatch.setattr(grid_mod, "train", fake.train)
+    runner = GridRunner(fake.compose, [], tmp_path, DIMS)
+    dirs = runner.run(expand_grid(SPEC))
+    fake.trained.clear()
+    assert runner.verify(dirs, 2, train_missing=False) == []  # report-only: nothing trained
+    first = runner.verify(dirs, 2)
+    # seed-major grid order, blind and mixed excluded: the same cells in every process
+    assert [r["cell"] for r in first] == ["lstm/mismatched/additive/s0", "lstm/mismatched/dot/s0"]
+    assert len(fake.trained) == 2
+    assert runner.verify(dirs, 2, train_missing=False) == first  # read back, nothing trained
+    assert len(runner.verify(dirs, 3)) == 3 and len(fake.trained) == 3

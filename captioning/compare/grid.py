@@ -115,3 +115,16 @@ class GridRunner:
             cfg, _ = self.config(self.resolve(cell), output_dir)
             train(cfg)
         return json.loads(done.read_text())
+
+    def verify(self, dirs: dict[Cell, Path], count: int, train_missing: bool = True) -> list[dict]:
+        """The reproducibility check: cells trained again from scratch into root/verify/. Cells
+        are taken in grid order (seed-major, the same in every process); every rerun that exists
+        is reported, and with train_missing more are trained until `count` exist."""
+        out = []
+        for cell in (c for c in dirs if c.attention not in (BLIND, "mixed")):
+            again = self.rerun(cell, self.root / "verify" / dirs[cell].name,
+                               train_missing and len(out) < count)
+            if again is not None:
+                first = json.loads((dirs[cell] / "results.json").read_text())["test/bleu4"]
+                out.append({"cell": cell.label, "first": first, "again": again["test/bleu4"]})
+        return out
