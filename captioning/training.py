@@ -44,11 +44,10 @@ def git_commit() -> str | None:
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
                              text=True, check=True).stdout.strip()
-        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=here, capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", *_RESULT_PATHS],
-            cwd=top, capture_output=True, text=True, check=True,
+        dirty = subprocess.run(  # ":/" = pathspec from the repository root
+            ["git", "status", "--porcelain", "--untracked-files=no", "--",
+             *(f":/{p}" for p in _RESULT_PATHS)],
+            cwd=here, capture_output=True, text=True, check=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None

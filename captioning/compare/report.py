@@ -22,6 +22,9 @@ def _load(out: Path) -> tuple[dict, dict]:
     return results, {p["image_id"]: tokenize(p["caption"]) for p in preds}
 
 
+UNDERTRAINED_KEYS = ("bleu4", "attr_acc", "attn_entropy")  # what an undertrained run shows
+
+
 def _fmt(ci: dict, digits: int = 3) -> str:
     if math.isnan(ci.get("std", math.nan)):
         return f"{ci['mean']:.{digits}f}"
@@ -69,20 +72,16 @@ def build_report(
         res = [runs[c][0] for c in counted]
         metric = lambda k: t_interval([r[k] for r in res if k in r])  # noqa: E731
         bleu = metric("test/bleu4")
-        # Undertrained runs are shown (BLEU-4, attr acc, entropy: a collapsed attention has
-        # entropy ~0), never compared.
-        raw = {k: t_interval([runs[c][0][f"test/{k}"] for c in under if f"test/{k}" in runs[c][0]])
-               for k in ("bleu4", "attr_acc", "attn_entropy")}
         boot = (percentile_interval(bootstrap_bleu([per_image(c) for c in counted], samples))
                 if counted else (math.nan, math.nan))
         rows.append({
             "decoder": decoder, "dims": dims, "attention": attention,
             "seeds": [c.seed for c in cells], "counted": len(counted),
             "undertrained": [c.seed for c in under],
-            "undertrained_runs": [{"seed": c.seed, "bleu4": runs[c][0]["test/bleu4"],
-                                   "attn_entropy": runs[c][0].get("test/attn_entropy", math.nan)}
-                                  for c in under],
-            "bleu4": bleu, "bleu4_boot": boot, "undertrained_metrics": raw,
+            # shown (a collapsed attention has entropy ~0), never compared
+            "undertrained_runs": [{"seed": c.seed, **{k: runs[c][0].get(f"test/{k}", math.nan)
+                                                      for k in UNDERTRAINED_KEYS}} for c in under],
+            "bleu4": bleu, "bleu4_boot": boot,
             "attr_acc": metric("test/attr_acc"), "grounding_ratio": metric("test/grounding_ratio"),
             "attn_entropy": metric("test/attn_entropy"),
             "attention_params": (res[0].get("attention_params")
@@ -148,7 +147,8 @@ def build_markdown(report: dict) -> str:
             if r["undertrained"] else "")
         params = "" if r["attention_params"] is None else f"{r['attention_params']:,}"
         if not r["counted"]:  # undertrained only: raw numbers in (), never used in comparisons
-            raw = r["undertrained_metrics"]
+            raw = {k: t_interval([v for u in r["undertrained_runs"] if not math.isnan(v := u[k])])
+                   for k in UNDERTRAINED_KEYS}
             lines.append(f"| {r['decoder']} | {r['dims']} | {name} | ({_fmt(raw['bleu4'])}) |  |  | "
                          f"({_fmt(raw['attr_acc'])}) |  | ({_fmt(raw['attn_entropy'], 2)}) | "
                          f"{params} | {note} |")
