@@ -3,7 +3,7 @@
 import hydra
 from omegaconf import DictConfig
 
-from captioning.training import train
+from captioning.lit import train
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")

@@ -7,10 +7,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .checkpoint import load_checkpoint
 from .data.features import ImageFiles
-from .data.prepare import build_encoder
-from .models.decoding import decode_batch, decode_settings
+from .models.encoder import build_encoder
+from .predict import Predictor
 
 
 def _figure_path(attention_map: str | None, image: Path, many: bool) -> Path | None:
@@ -29,8 +28,8 @@ def caption_images(
     file (sorted); unreadable files are skipped and reported, never fatal."""
     from .visualize import attention_figure
 
-    model, vocab, cfg = load_checkpoint(checkpoint)
-    settings = decode_settings(cfg["decode"], decode)
+    predictor = Predictor.load(checkpoint, decode)
+    cfg = predictor.cfg
     if not str(image).strip():
         raise ValueError("image= is empty: give an image file or a directory of images")
     image = Path(image)
@@ -50,15 +49,13 @@ def caption_images(
         if not ok:
             continue
         pixels = torch.stack([items[i][0] for i in ok])  # (B, 3, H, W) uint8
-        feats = model.normalizer(encoder(pixels.float() / 255))  # (B, N, D)
-        ids, weights = decode_batch(model.decoder, feats, vocab.bos, vocab.eos, vocab.pad, settings)
-        for i, tok, w in zip(ok, ids, weights):
-            path = paths[start + i]
-            words, w = vocab.decode_aligned(tok, w)
+        captions = predictor(encoder(pixels.float() / 255))  # raw features (B, N, C) in
+        for i, caption in zip(ok, captions):
+            path, words = paths[start + i], caption.words
             fig = _figure_path(attention_map, path, many)
             if fig is not None:
                 rgb = np.ascontiguousarray(items[i][0].permute(1, 2, 0).numpy())
-                attention_figure(rgb, words, w, fig)
+                attention_figure(rgb, words, caption.weights, fig)
             results.append({"image": str(path), "caption": " ".join(words),
                             "figure": str(fig) if fig else None})
     return results, skipped

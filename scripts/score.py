@@ -10,31 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import defaultdict
 
+from captioning.data.references import load_references
 from captioning.metrics.report import format_table, score_captions
-
-
-def load_references(path: str, split: str | None) -> dict:
-    """{image_id: [captions]} from a Karpathy JSON (image_id = cocoid, else imgid, else filename,
-    as in predictions.json) or a COCO annotation file (annotations[].image_id/caption)."""
-    with open(path) as f:
-        data = json.load(f)
-    refs: dict = defaultdict(list)
-    if "annotations" in data:
-        for a in data["annotations"]:
-            refs[a["image_id"]].append(a["caption"])
-    elif "images" in data and data["images"] and "sentences" in data["images"][0]:
-        for img in data["images"]:
-            s = "train" if img.get("split") == "restval" else img.get("split")
-            if split and s != split:
-                continue
-            key = img.get("cocoid", img.get("imgid", img.get("filename")))
-            refs[key] = [x.get("raw") or " ".join(x["tokens"]) for x in img["sentences"]]
-    else:
-        raise ValueError(f"{path}: neither a Karpathy-split JSON (images[].sentences) nor a COCO "
-                         "captions file (annotations[].caption)")
-    return dict(refs)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -51,11 +29,11 @@ def main(argv: list[str] | None = None) -> dict:
         preds = json.load(f)
     if not isinstance(preds, list) or not all({"image_id", "caption"} <= set(x) for x in preds):
         sys.exit(f"{args.predictions}: expected a list of {{'image_id', 'caption'}} objects")
-    refs = load_references(args.references, args.split)
+    texts, tokens = load_references(args.references, args.split)
     hyps = {x["image_id"]: x["caption"] for x in preds}
     if len(hyps) != len(preds):
         sys.exit(f"{args.predictions}: {len(preds) - len(hyps)} duplicate image_id entries")
-    metrics, tokenization = score_captions(hyps, refs, "", args.tokenizer, not args.no_meteor)
+    metrics, tokenization = score_captions(hyps, texts, tokens, "", args.tokenizer, not args.no_meteor)
     print(format_table(metrics, tokenization, prefix=""))
     print(f"{len(hyps)} images scored against {args.references}")
     if args.json:

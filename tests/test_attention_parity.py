@@ -53,10 +53,17 @@ def test_mixed_rule_and_identity_with_the_mode_it_picks():
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
 
-def test_gated_mixed_reports_its_gate():
+def test_gated_mixed_reports_its_mean_gate_over_every_step():
     attn = build_attention("gated_mixed", 8, 16, 8, attn_dim=8)
-    attn(torch.randn(2, 8), attn.prepare(torch.randn(2, 4, 16), values=torch.randn(2, 4, 8)))
-    assert 0.0 < attn.last_gate < 1.0
+    prepared = attn.prepare(torch.randn(2, 4, 16), values=torch.randn(2, 4, 8))
+    assert attn.pop_gate() is None  # nothing ran yet
+    queries = [torch.randn(2, 8), torch.randn(2, 3, 8)]  # a step, then three steps at once
+    for q in queries:
+        attn(q, prepared)
+    # Independent answer: the gate of every query of every call, averaged.
+    expected = torch.cat([torch.sigmoid(attn.gate(q)).flatten() for q in queries]).mean()
+    assert attn.pop_gate() == pytest.approx(float(expected), abs=1e-6)
+    assert attn.pop_gate() is None  # popping resets
 
 
 def test_sparse_topk_keeps_k_positions():

@@ -15,10 +15,10 @@ from captioning.compare import (
     build_markdown,
     build_report,
     expand_grid,
-    mixed_choice,
     save_plots,
 )
-from captioning.training import train
+from captioning.lit import train
+from captioning.models import resolved_attention
 
 SPEC = {"attentions": ["additive", "dot", "mixed"], "decoders": ["lstm"], "seeds": [0, 1],
         "dims": ["mismatched", "matched"], "blind": True}
@@ -36,17 +36,22 @@ def test_expand_grid_is_seed_major_with_blinds():
         Cell("lstm", "other", "dot", 0).overrides(DIMS)
 
 
-def _cfg(decoder="lstm", pca=None, project=False):
-    dec = {"name": decoder, "hidden_dim": 512, "d_model": 512, "project_features": project}
-    return OmegaConf.create({"decoder": dec, "encoder": {"name": "resnet50", "pca_dim": pca},
-                             "attention": {"name": "mixed", "dot": "dot"}})
+@pytest.mark.parametrize("overrides, choice", [
+    (["encoder.pca_dim=512"], "dot"),
+    (["encoder.pca_dim=512", "attention.dot=scaled_dot"], "scaled_dot"),
+    ([], "additive"),  # 512-d queries, 2048-d keys
+    (["decoder=transformer"], "additive"),
+    (["decoder=transformer", "decoder.project_features=true"], "dot"),  # keys projected to 512
+    (["decoder.hidden_dim=2048"], "dot"),
+])
+def test_mixed_resolves_from_the_widths_the_model_gets(overrides, choice, tmp_path):
+    from conftest import compose_cfg
 
-
-def test_mixed_choice_follows_the_widths():
-    assert mixed_choice(_cfg(pca=512)) == "dot"
-    assert mixed_choice(_cfg(pca=None)) == "additive"  # 512 queries, 2048-d keys
-    assert mixed_choice(_cfg("transformer", pca=None)) == "additive"
-    assert mixed_choice(_cfg("transformer", pca=None, project=True)) == "dot"
+    cfg = compose_cfg(["attention=mixed", *overrides], tmp_path, tmp_path)
+    assert resolved_attention(OmegaConf.to_container(cfg, resolve=True)) == choice
+    same = [o for o in overrides if not o.startswith("attention.")]
+    plain = OmegaConf.to_container(compose_cfg(["attention=dot", *same], tmp_path, tmp_path), resolve=True)
+    assert resolved_attention(plain) == "dot"  # every other mode is itself
 
 
 class FakeRuns:

@@ -9,8 +9,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import ConfigCompositionException
 
 from captioning.data.karpathy import load_karpathy
-from captioning.data.prepare import build_encoder
-from captioning.models import build_captioner
+from captioning.models import build_captioner, build_encoder
 
 GROUPS = ["data", "encoder", "attention", "decoder", "trainer", "logger"]
 
@@ -36,10 +35,19 @@ def test_every_config_composes_and_builds(group, option, tmp_path):
 
         trainer = hydra.utils.instantiate(cfg.trainer, logger=False)
         assert trainer.max_epochs == cfg.trainer.max_epochs
-    if group == "logger" and option != "none":
-        import hydra
+    if group == "logger":
+        from omegaconf import OmegaConf
 
-        assert hydra.utils.instantiate(cfg.logger) is not None
+        from captioning.lit.loggers import build_loggers
+
+        loggers = build_loggers(OmegaConf.to_container(cfg.logger, resolve=True))
+        kinds = sorted(type(lg).__name__ for lg in loggers)
+        expected = {"none": [], "csv": ["CSVLogger"], "tensorboard": ["TensorBoardLogger"],
+                    "wandb": ["WandbLogger"], "all": ["CSVLogger", "TensorBoardLogger", "WandbLogger"]}
+        assert kinds == expected[option]
+        for lg in loggers:
+            if type(lg).__name__ == "WandbLogger":
+                lg.experiment.finish()
 
 
 @pytest.mark.parametrize("group", ["attention", "decoder", "encoder", "data"])

@@ -48,10 +48,11 @@ def test_corrupt_image_is_skipped_counted_and_reported(dataset, tmp_path, caplog
         data = prepare_data(cfg, ENC)
     assert data.skipped == [str(tmp_path / "imgs" / "5.jpg")]
     assert "skipped 1 unreadable image" in caplog.text and "5.jpg" in caplog.text
-    assert len(data.records) == 5 and data.features.shape[:2] == (5, 4)  # 64px -> 2x2 grid
+    assert len(data.records) == 5  # 64px -> 2x2 grid; the corrupt image's row is never read
+    assert data.raw_features(range(5)).shape == (5, 4, 512) and 5 not in data.rows.tolist()
     # The cache is reused: a second prepare reads the same features.
     again = prepare_data(cfg, ENC)
-    assert torch.equal(again.features, data.features)
+    assert torch.equal(again.raw_features(range(5)), data.raw_features(range(5)))
     assert len(list((tmp_path / "cache").glob("features_*.npy"))) == 1
 
 
@@ -59,11 +60,11 @@ def test_collate_pads_and_points_captions_at_images(dataset, tmp_path):
     cfg = {"name": "x", "json_path": str(dataset), "cache_dir": str(tmp_path / "cache")}
     data = prepare_data(cfg, ENC)
     train = ImageCaptions(data, "train")
-    batch = Collate(data.features, data.vocab.pad)([train[0], train[1]])
-    assert batch["features"].shape == (2, 4, 512)
+    batch = Collate(data, data.vocab.pad)([train[0], train[1]])
+    assert batch["features"].shape == (2, 4, 512) and batch["features"].dtype == torch.float16  # raw
     assert batch["image_index"].tolist() == [0, 1, 1]  # image 0 has 1 caption, image 1 two
     toks = batch["tokens"]
     assert toks.shape == (3, 9) and (toks[2, 4:] == data.vocab.pad).all()
     assert (toks[:, 0] == data.vocab.bos).all()
-    ev = Collate(data.features, data.vocab.pad)([EvalImages(data, "test")[0]])
+    ev = Collate(data, data.vocab.pad)([EvalImages(data, "test")[0]])
     assert ev["image_id"] == [104] and "tokens" not in ev

@@ -187,3 +187,46 @@ def test_normaliser_stays_finite_on_a_channel_dead_in_training(method):
     live = [0, 1, 2, 4, 5, 6, 7] if method == "standard" else list(range(7))
     std = z[:, live].std(0)
     assert (std > 0.5).all() and (std < 1.01).all()
+
+
+def test_captioner_takes_raw_features_and_normalises_inside():
+    """The contract: forward and generate take raw encoder features; the normaliser that
+    travels in the checkpoint is applied inside, per batch."""
+    from captioning.models import Captioner, FeatureNormalizer
+
+    torch.manual_seed(0)
+    dec = build_decoder({"name": "lstm", "embed_dim": 16, "hidden_dim": 16, "value_dim": 8}, 12, 6,
+                        {"name": "additive", "attn_dim": 8}).eval()
+    norm = FeatureNormalizer(6, 6).set(torch.randn(6), torch.randn(6, 6))
+    model = Captioner(dec, norm).eval()
+    raw = (torch.randn(3, 4, 6) * 20 + 5).half()  # as stored: float16, far from zero-mean
+    tokens = torch.randint(4, 12, (3, 5))
+    features = (raw.float() - norm.mean) @ norm.transform  # independent of FeatureNormalizer.forward
+    logits, _ = model(raw, tokens)
+    assert torch.allclose(logits, dec(features, tokens)[0], atol=1e-5)
+    ids, weights = model.generate(raw, 1, 2, 0, max_len=6)
+    greedy, _ = greedy_decode(dec, features, 1, 2, max_len=6)
+    for row, (k, want) in zip(ids, enumerate(greedy.tolist())):
+        n = want.index(2) + 1 if 2 in want else len(want)
+        assert row == want[:n] and weights[k].shape == (n, 4)
+    # Negative control: feeding already-normalised features is a different input.
+    assert not torch.allclose(model(features, tokens)[0], logits, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", ["lstm", "transformer"])
+def test_decoder_yaml_matches_the_constructor(name):
+    """Each conf/decoder/<name>.yaml key is a constructor argument with the same default:
+    one value per fact, whichever way a decoder is built."""
+    import inspect
+    from pathlib import Path
+
+    import yaml
+
+    from captioning.models import DECODERS
+
+    conf = yaml.safe_load((Path(__file__).resolve().parents[1] / "conf/decoder" / f"{name}.yaml").read_text())
+    conf.pop("name")
+    params = inspect.signature(DECODERS[name].__init__).parameters
+    defaults = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
+    assert set(conf) == set(defaults), set(conf) ^ set(defaults)
+    assert conf == defaults

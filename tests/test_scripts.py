@@ -15,6 +15,7 @@ from pycocoevalcap.bleu.bleu import Bleu
 
 from captioning import load_checkpoint
 from captioning.data.vocab import tokenize
+from captioning.evaluation import evaluate_checkpoint
 from captioning.metrics.report import score_captions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,7 +30,7 @@ def run(script, *args, check=True):
 def run_dir(tmp_path_factory, data_dir):
     from conftest import TINY, compose_cfg, shrink
 
-    from captioning.training import train
+    from captioning.lit import train
 
     out = tmp_path_factory.mktemp("run")
     train(shrink(compose_cfg(TINY, out, data_dir)))
@@ -39,10 +40,11 @@ def run_dir(tmp_path_factory, data_dir):
 HYPS = {1: "A red circle, on top!", 2: "", 3: "blue", 4: "Le café crème est là."}
 REFS = {1: ["a red circle at the top", "a red ball on top ."], 2: ["two squares side by side"],
         3: ["a big blue square in the middle", "blue square"], 4: ["le café crème est là", "un café"]}
+TOKENS = {i: [tokenize(r) for r in refs] for i, refs in REFS.items()}
 
 
 def test_scores_agree_with_nltk_and_pycocoevalcap_on_the_same_tokens():
-    metrics, tok = score_captions(HYPS, REFS, prefix="", meteor=False)
+    metrics, tok = score_captions(HYPS, REFS, TOKENS, prefix="", meteor=False)
     ids = list(HYPS)
     ref = corpus_bleu([[tokenize(r) for r in REFS[i]] for i in ids], [tokenize(HYPS[i]) for i in ids])
     assert metrics["bleu4"] == pytest.approx(ref)
@@ -70,7 +72,8 @@ def test_score_script_reads_karpathy_and_coco_references(tmp_path):
         assert "| BLEU-4 |" in proc.stdout and "CIDEr-D" in proc.stdout
         results.append(json.loads(out.read_text()))
     assert results[0] == results[1]
-    assert results[0]["bleu4"] == pytest.approx(score_captions(HYPS, REFS, "", meteor=False)[0]["bleu4"])
+    direct = score_captions(HYPS, REFS, TOKENS, "", meteor=False)[0]
+    assert results[0]["bleu4"] == pytest.approx(direct["bleu4"])
     (tmp_path / "bad.json").write_text(json.dumps({"x": 1}))
     bad = run("score.py", str(tmp_path / "p.json"), str(tmp_path / "bad.json"), check=False)
     assert bad.returncode != 0 and "neither a Karpathy-split JSON" in bad.stderr
@@ -78,19 +81,18 @@ def test_score_script_reads_karpathy_and_coco_references(tmp_path):
 
 def test_evaluate_reproduces_the_run_and_writes_files(run_dir, tmp_path):
     ckpt = run_dir / "checkpoints" / "best.ckpt"
-    run("evaluate.py", f"checkpoint={ckpt}", f"output_dir={tmp_path / 'greedy'}", "meteor=false")
+    proc = run("evaluate.py", f"checkpoint={ckpt}", f"output_dir={tmp_path / 'greedy'}", "meteor=false")
+    assert "images/s" in proc.stdout and "nltk corpus_bleu" in proc.stdout
     metrics = json.loads((tmp_path / "greedy" / "metrics.json").read_text())
     results = json.loads((run_dir / "results.json").read_text())
     for key in ("test/bleu1", "test/bleu4", "test/attr_acc"):  # same decoding, same numbers
         assert metrics[key] == pytest.approx(results[key], abs=1e-6)
     preds = json.loads((tmp_path / "greedy" / "predictions.json").read_text())
     assert preds == json.loads((run_dir / "predictions.json").read_text())
-    proc = run("evaluate.py", f"checkpoint={ckpt}", f"output_dir={tmp_path / 'beam'}",
-               "decode.beam_size=3", "decode.alpha=0.7", "meteor=false")
-    beam = json.loads((tmp_path / "beam" / "metrics.json").read_text())
-    assert beam["decode/beam_size"] == 3 and beam["images_per_s"] > 0
+    # Other decoding settings: the function behind the script (no second interpreter start).
+    beam, _, _ = evaluate_checkpoint(ckpt, decode={"beam_size": 3, "alpha": 0.7}, meteor=False)
+    assert beam["decode/beam_size"] == 3 and beam["decode/alpha"] == 0.7 and beam["images_per_s"] > 0
     assert {"test/coco_bleu4", "test/cider", "test/rouge_l"} <= set(beam)
-    assert "images/s" in proc.stdout and "nltk corpus_bleu" in proc.stdout
 
 
 def test_caption_script_figures_and_skips(run_dir, tmp_path):

@@ -6,11 +6,9 @@ import pytest
 import torch
 
 from captioning import load_checkpoint
-from captioning.data.datasets import EvalImages
-from captioning.data.prepare import prepare_data
+from captioning.data.prepare import load_features, prepare_data
+from captioning.lit import train
 from captioning.models import ATTENTIONS
-from captioning.models.decoding import decode_batch
-from captioning.training import train
 
 RESULT_KEYS = {
     "test/bleu1", "test/bleu2", "test/bleu3", "test/bleu4", "test/attr_acc",
@@ -52,12 +50,12 @@ def test_checkpoint_is_plain_data_and_round_trips(trained, data_dir):
         assert isinstance(hp["cfg"], dict) and isinstance(hp["vocab"], list)
     model, vocab, loaded_cfg = load_checkpoint(out / "checkpoints" / "best.ckpt")
     assert loaded_cfg["attention"]["name"] == "additive"
-    # Decoding the test split with the loaded model reproduces the run's predictions.
-    data = prepare_data(loaded_cfg["data"], loaded_cfg["encoder"], vocab)
-    test = EvalImages(data, "test")
-    feats = data.features[test.indices].float()
+    # Decoding the test split with the loaded model, from the raw cached features (the model
+    # normalises them itself), reproduces the run's predictions.
+    data = load_features(loaded_cfg["data"], loaded_cfg["encoder"])
+    test = data.split_indices("test")
     assert loaded_cfg["decode"]["beam_size"] == 5  # the test stage's default: beam search
-    ids, _ = decode_batch(model.decoder, feats, vocab.bos, vocab.eos, vocab.pad, loaded_cfg["decode"])
+    ids, _ = model.generate(data.raw_features(test), vocab.bos, vocab.eos, vocab.pad, **loaded_cfg["decode"])
     captions = [" ".join(vocab.decode(t)) for t in ids]
     preds = json.loads((out / "predictions.json").read_text())
     assert captions == [p["caption"] for p in preds]
@@ -89,7 +87,9 @@ def test_beam_search_in_test_stage(tiny_cfg, decoder):
 def test_blind_flag_zeroes_features(tiny_cfg):
     cfg = tiny_cfg("data.blind=true")
     data = prepare_data(dict(cfg.data), dict(cfg.encoder))
-    assert data.features.abs().max() == 0
+    raw = data.raw_features(range(4))
+    assert raw.abs().max() > 0  # the store keeps the real features ...
+    assert data.normalizer(raw).abs().max() == 0  # ... the model's normaliser zeroes them
 
 
 @pytest.mark.parametrize("decoder", ["lstm", "transformer"])

@@ -106,7 +106,7 @@ def test_length_buckets_equal_the_padded_forward(buckets):
 
 
 def test_length_buckets_cover_every_row_once():
-    from captioning.models.transformer import length_buckets
+    from captioning.models.decoders.transformer import length_buckets
 
     lengths = torch.randint(1, 30, (200,))
     for k in (1, 2, 3, 8):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from captioning.lit import train
 from captioning.lit.loggers import flatten, wandb_mode
-from captioning.training import train
 
 WANDB_BIN = str(Path(sys.executable).with_name("wandb"))
 

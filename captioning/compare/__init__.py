@@ -1,10 +1,9 @@
 """The controlled comparison: a grid of training runs (cells) keyed by config hash, and its
 report with uncertainty."""
 
-from .grid import Cell, GridRunner, expand_grid, mixed_choice
+from .grid import Cell, GridRunner, expand_grid
 from .report import build_markdown, build_report, save_plots
 
 __all__ = [
-    "Cell", "GridRunner", "build_markdown", "build_report", "expand_grid", "mixed_choice",
-    "save_plots",
+    "Cell", "GridRunner", "build_markdown", "build_report", "expand_grid", "save_plots",
 ]

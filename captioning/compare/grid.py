@@ -12,8 +12,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from ..models.encoder import encoder_dim
-from ..training import config_hash, train
+from ..lit.training import train
+from ..models.captioner import resolved_attention
+from ..provenance import config_hash
 
 log = logging.getLogger(__name__)
 
@@ -49,17 +50,6 @@ def expand_grid(spec: dict) -> list[Cell]:
             for dims in spec["dims"] for mode in modes]
 
 
-def mixed_choice(cfg: DictConfig | dict) -> str:
-    """What `mixed` resolves to for this config, without building it: the dot mode when the
-    query width equals the key width, else additive (see MixedAttention)."""
-    dec, enc, att = cfg["decoder"], cfg["encoder"], cfg["attention"]
-    query = dec["hidden_dim"] if dec["name"] == "lstm" else dec["d_model"]
-    key = enc.get("pca_dim") or encoder_dim(enc["name"])
-    if dec["name"] != "lstm" and dec.get("project_features"):
-        key = dec["d_model"]
-    return att.get("dot", "dot") if query == key else "additive"
-
-
 class GridRunner:
     """compose(overrides) -> config; cells run into root/cells/<config hash>/."""
 
@@ -83,7 +73,8 @@ class GridRunner:
         if cell.attention != "mixed":
             return cell
         cfg, _ = self.config(cell)
-        return Cell(cell.decoder, cell.dims, mixed_choice(cfg), cell.seed)
+        choice = resolved_attention(OmegaConf.to_container(cfg, resolve=True))
+        return Cell(cell.decoder, cell.dims, choice, cell.seed)
 
     def run(self, cells: list[Cell]) -> dict[Cell, Path]:
         """Train every cell that has no results.json yet; -> {cell: its directory}."""

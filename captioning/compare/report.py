@@ -62,13 +62,16 @@ def build_report(
     for cell in sorted(runs):
         groups[(cell.decoder, cell.dims, cell.attention)].append(cell)
 
+    def counts(c: Cell) -> bool:
+        """The rule: a run counts only if it beats its own blind run (same decoder, dims and
+        seed) by `threshold` BLEU-4; blind runs, and runs without a blind, always count."""
+        b = blind.get((c.decoder, c.dims, c.seed))
+        return c.attention == BLIND or b is None or runs[c][0]["test/bleu4"] - b >= threshold
+
     rows = []
     for (decoder, dims, attention), cells in groups.items():
-        counted, under = [], []
-        for c in cells:
-            b = blind.get((decoder, dims, c.seed))
-            ok = attention == BLIND or b is None or runs[c][0]["test/bleu4"] - b >= threshold
-            (counted if ok else under).append(c)
+        counted = [c for c in cells if counts(c)]
+        under = [c for c in cells if not counts(c)]
         res = [runs[c][0] for c in counted]
         metric = lambda k: t_interval([r[k] for r in res if k in r])  # noqa: E731
         bleu = metric("test/bleu4")
@@ -97,13 +100,8 @@ def build_report(
             add, dot = groups.get((decoder, dims, "additive")), groups.get((decoder, dims, "dot"))
             if not add or not dot:
                 continue
-
-            def counted_seeds(cells):
-                return {c.seed: c for c in cells
-                        if blind.get((decoder, dims, c.seed)) is None
-                        or runs[c][0]["test/bleu4"] - blind[(decoder, dims, c.seed)] >= threshold}
-
-            a, d = counted_seeds(add), counted_seeds(dot)
+            a = {c.seed: c for c in add if counts(c)}
+            d = {c.seed: c for c in dot if counts(c)}
             seeds = sorted(set(a) & set(d))
             if not seeds:
                 continue

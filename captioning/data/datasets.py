@@ -47,15 +47,16 @@ class EvalImages(Dataset):
 
 
 class Collate:
-    """Stack features (float32) per image; pad all captions with <pad> into one (B, T) tensor
-    with `image_index` (B,) pointing at each caption's image; keep python lists as lists."""
+    """Raw features per image (stored dtype; the model normalises); all captions padded with
+    <pad> into one (B, T) tensor with `image_index` (B,) pointing at each caption's image;
+    python lists stay lists."""
 
-    def __init__(self, features: torch.Tensor, pad: int) -> None:
-        self.features, self.pad = features, pad
+    def __init__(self, data: PreparedData, pad: int) -> None:
+        self.data, self.pad = data, pad
 
     def __call__(self, items: list[dict]) -> dict:
         index = torch.tensor([it["index"] for it in items])
-        batch = {"index": index, "features": self.features[index].float()}  # (B, N, D)
+        batch = {"index": index, "features": self.data.raw_features(index.numpy())}  # (B, N, C)
         if "tokens" in items[0]:
             captions = [c for it in items for c in it["tokens"]]
             batch["tokens"] = torch.nn.utils.rnn.pad_sequence(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from pathlib import Path
@@ -13,6 +12,7 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import DataLoader, Dataset
 
 from ..models.encoder import ResNetEncoder, best_cpu_dtype
+from ..provenance import fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +34,6 @@ class ImageFiles(Dataset):
             return x.permute(2, 0, 1), True
         except (OSError, UnidentifiedImageError, ValueError):
             return torch.zeros(3, self.size, self.size, dtype=torch.uint8), False
-
-
-def cache_key(parts: dict) -> str:
-    """sha1 of the JSON of everything that determines the features."""
-    return hashlib.sha1(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 @torch.inference_mode()
@@ -75,7 +70,7 @@ def cached_features(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Load features from cache_dir/features_<key>.npy or compute and store them."""
     cache_dir = Path(cache_dir)
-    key = cache_key({**key_parts, "paths": [str(p) for p in paths], "size": size})
+    key = fingerprint({**key_parts, "paths": [str(p) for p in paths], "size": size}, length=16)
     fpath, vpath = cache_dir / f"features_{key}.npy", cache_dir / f"valid_{key}.npy"
     if fpath.exists() and vpath.exists():
         log.info("features: loaded from cache %s", fpath)

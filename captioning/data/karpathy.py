@@ -1,4 +1,11 @@
-"""Reader for Karpathy-split JSON (Flickr8k/30k, COCO and the built-in dataset)."""
+"""Reader for Karpathy-split JSON (Flickr8k/30k, COCO and the built-in dataset).
+
+The rules for a Karpathy entry live here and nowhere else: `restval` is training data, an
+image's id is its `cocoid`, else `imgid`, else its filename (as predictions.json writes it),
+and a sentence's tokens are its `tokens` field (else its `raw` text) through `tokenize`, so
+every reference token is a word the tokenizer produces and scoring a caption string gives
+back exactly the tokens it was written from.
+"""
 
 from __future__ import annotations
 
@@ -13,39 +20,69 @@ SPLITS = ("train", "val", "test")
 
 @dataclass
 class ImageRecord:
-    """One image: its file, split, id for COCO results, tokenised references, ground truth."""
+    """One image: its file, split, id for COCO results, references (tokenised, and as written
+    for coco-caption's own tokenizer), ground truth objects (built-in data)."""
 
     path: Path
     split: str
     image_id: int | str
     captions: list[list[str]]
+    texts: list[str] = field(default_factory=list)
     objects: list[dict] = field(default_factory=list)
 
 
-def load_karpathy(json_path: str | Path, image_root: str | Path | None = None) -> list[ImageRecord]:
-    """Read a Karpathy-split JSON; `restval` counts as train. Image paths are
-    image_root/filepath/filename (image_root defaults to the JSON's folder)."""
+def split_of(image: dict) -> str | None:
+    """The split of a Karpathy `images[]` entry; `restval` counts as train."""
+    return "train" if image.get("split") == "restval" else image.get("split")
+
+
+def image_id_of(image: dict) -> int | str:
+    """The id predictions.json uses for a Karpathy `images[]` entry."""
+    return image.get("cocoid", image.get("imgid", image.get("filename")))
+
+
+def sentence_tokens(sentence: dict) -> list[str]:
+    """Reference tokens of a Karpathy `sentences[]` entry (see the module docstring)."""
+    tokens = sentence.get("tokens")
+    return tokenize(" ".join(tokens) if tokens else sentence.get("raw", ""))
+
+
+def sentence_text(sentence: dict) -> str:
+    """A sentence as written (coco-caption tokenises this itself)."""
+    return sentence.get("raw") or " ".join(sentence.get("tokens", []))
+
+
+def read_karpathy(json_path: str | Path) -> list[dict]:
+    """The `images` list of a Karpathy-split JSON, with errors that say what to fix."""
     json_path = Path(json_path)
     if not json_path.is_file():
         raise FileNotFoundError(
             f"dataset JSON not found: {json_path}. Set data.json_path to a Karpathy-split "
             "dataset_*.json (see data/README.md), or use data=synthetic."
         )
+    try:
+        return json.loads(json_path.read_text())["images"]
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ValueError(f"{json_path} is not a Karpathy-split JSON (needs 'images'): {err}") from err
+
+
+def load_karpathy(json_path: str | Path, image_root: str | Path | None = None) -> list[ImageRecord]:
+    """Records of a Karpathy-split JSON. Image paths are image_root/filepath/filename
+    (image_root defaults to the JSON's folder)."""
+    json_path = Path(json_path)
+    images = read_karpathy(json_path)
     root = Path(image_root) if image_root else json_path.parent
     if not root.is_dir():
         raise FileNotFoundError(f"image directory not found: {root}; set data.image_root")
-    try:
-        images = json.loads(json_path.read_text())["images"]
-    except (json.JSONDecodeError, KeyError) as err:
-        raise ValueError(f"{json_path} is not a Karpathy-split JSON (needs 'images'): {err}") from err
     records = []
     for i, img in enumerate(images):
-        split = "train" if img.get("split") == "restval" else img.get("split")
+        split = split_of(img)
         if split not in SPLITS:
             raise ValueError(f"{json_path}: images[{i}] has split {img.get('split')!r}")
-        image_id = img.get("cocoid", img.get("imgid", img["filename"]))
-        caps = [s.get("tokens") or tokenize(s["raw"]) for s in img["sentences"]]
-        caps = [[w.lower() for w in c] for c in caps]
-        path = root / img.get("filepath", "") / img["filename"]
-        records.append(ImageRecord(path, split, image_id, caps, img.get("objects", [])))
+        sentences = img["sentences"]
+        records.append(ImageRecord(
+            root / img.get("filepath", "") / img["filename"], split, image_id_of(img),
+            [sentence_tokens(s) for s in sentences], [sentence_text(s) for s in sentences],
+            img.get("objects", []),
+        ))
     return records

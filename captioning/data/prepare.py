@@ -1,5 +1,9 @@
-"""Everything between a dataset on disk and tensors a decoder can train on, without Lightning:
-find/generate the dataset, build the vocabulary, cache encoder features, fit the normaliser."""
+"""Everything between a dataset on disk and tensors a model can train on, without Lightning:
+find/generate the dataset, cache encoder features, build the vocabulary, fit the normaliser.
+
+Features stay as the encoder wrote them (raw, float16, memory-mapped from the cache): the
+model normalises each batch itself, so no normalised or filtered copy of the dataset is made.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..models.captioner import FeatureNormalizer, fit_normalizer
-from ..models.encoder import ResNetEncoder
+from ..models.encoder import build_encoder
+from ..models.normalizer import FeatureNormalizer, fit_normalizer
 from .features import cached_features
 from .karpathy import ImageRecord, load_karpathy
 from .synthetic import SyntheticConfig, generate
@@ -19,17 +23,27 @@ from .vocab import Vocabulary
 
 log = logging.getLogger(__name__)
 
+# The normaliser is fitted on at most this many training feature rows (grid cells): enough for
+# a 2048 x 2048 covariance, and a bounded cost whatever the dataset's size.
+FIT_ROWS = 100_000
+
 
 @dataclass
 class PreparedData:
-    records: list[ImageRecord]  # valid images only
-    features: torch.Tensor  # (M, N, D) normalised, float16 to halve memory
-    vocab: Vocabulary
-    normalizer: FeatureNormalizer
-    skipped: list[str]  # unreadable image files, reported not dropped silently
+    records: list[ImageRecord]  # readable images only
+    features: np.ndarray  # (rows, N, C) raw encoder features, float16, as cached (memmap)
+    rows: np.ndarray  # (len(records),) each record's row in `features`
+    skipped: list[str]  # unreadable image files, reported, never dropped silently
+    vocab: Vocabulary | None = None  # built from the training captions (training only)
+    normalizer: FeatureNormalizer | None = None  # fitted on training features (training only)
 
     def split_indices(self, split: str) -> list[int]:
         return [i for i, r in enumerate(self.records) if r.split == split]
+
+    def raw_features(self, indices) -> torch.Tensor:
+        """Raw features of records `indices`: (B, N, C) in the stored dtype (the model's
+        normaliser casts; half the bytes to copy to a GPU)."""
+        return torch.from_numpy(np.ascontiguousarray(self.features[self.rows[np.asarray(indices)]]))
 
 
 def resolve_json(data_cfg: dict) -> tuple[Path, Path | None]:
@@ -40,14 +54,6 @@ def resolve_json(data_cfg: dict) -> tuple[Path, Path | None]:
         raise ValueError(f"data.json_path is not set for data={data_cfg.get('name')}")
     root = data_cfg.get("image_root")
     return Path(data_cfg["json_path"]), Path(root) if root else None
-
-
-def build_encoder(enc_cfg: dict) -> ResNetEncoder:
-    """The frozen feature extractor described by the `encoder` config group."""
-    return ResNetEncoder(
-        enc_cfg["name"], enc_cfg.get("pretrained", False), enc_cfg.get("weights_path"),
-        enc_cfg.get("init_seed", 0),
-    )
 
 
 def load_records_and_features(data_cfg: dict, enc_cfg: dict):
@@ -68,15 +74,8 @@ def load_records_and_features(data_cfg: dict, enc_cfg: dict):
     return records, feats, valid
 
 
-def prepare_data(
-    data_cfg: dict,
-    enc_cfg: dict,
-    vocab: Vocabulary | None = None,
-    normalizer: FeatureNormalizer | None = None,
-) -> PreparedData:
-    """Load (or compute) features, drop and report unreadable images, build the vocabulary
-    from training captions (unless given), fit the normaliser on training features (unless
-    given, e.g. a checkpoint's) and apply it."""
+def load_features(data_cfg: dict, enc_cfg: dict) -> PreparedData:
+    """Records and raw features; unreadable images are left out and reported by name."""
     records, feats, valid = load_records_and_features(data_cfg, enc_cfg)
     skipped = [str(r.path) for r, ok in zip(records, valid) if not ok]
     if skipped:
@@ -85,31 +84,35 @@ def prepare_data(
             len(skipped), ", ".join(skipped[:5]),
         )
     keep = np.flatnonzero(valid)
-    records = [records[i] for i in keep]
-    raw = torch.from_numpy(np.ascontiguousarray(feats[keep]))  # (M, N, C) float16
-    train = [i for i, r in enumerate(records) if r.split == "train"]
+    return PreparedData([records[i] for i in keep], feats, keep, skipped)
+
+
+def prepare_data(data_cfg: dict, enc_cfg: dict) -> PreparedData:
+    """load_features, then the vocabulary from the training captions and the normaliser
+    fitted on training features."""
+    data = load_features(data_cfg, enc_cfg)
+    train = data.split_indices("train")
     if not train:
         raise ValueError("the dataset has no readable training images")
-    if vocab is None:
-        vocab = Vocabulary.build(
-            (c for i in train for c in records[i].captions), data_cfg.get("min_word_freq", 1)
-        )
-    if normalizer is None:
-        normalizer = _fit(raw[train], data_cfg, enc_cfg)
-    with torch.no_grad():
-        features = torch.cat([normalizer(raw[i : i + 512]).half() for i in range(0, len(raw), 512)])
-    return PreparedData(records, features, vocab, normalizer, skipped)
+    data.vocab = Vocabulary.build(
+        (c for i in train for c in data.records[i].captions), data_cfg.get("min_word_freq", 1)
+    )
+    data.normalizer = _fit(data, train, data_cfg, enc_cfg)
+    return data
 
 
-def _fit(train_feats: torch.Tensor, data_cfg: dict, enc_cfg: dict) -> FeatureNormalizer:
-    """The normaliser fitted on training positions (at most 100k rows keep the covariance cheap)."""
-    rows = train_feats.flatten(0, 1)
-    rows = rows[torch.randperm(len(rows), generator=torch.Generator().manual_seed(0))[:100_000]]
+def _fit(data: PreparedData, train: list[int], data_cfg: dict, enc_cfg: dict) -> FeatureNormalizer:
+    """The normaliser fitted on a seeded random sample of at most FIT_ROWS training grid cells,
+    read from the store (never a copy of the training split)."""
+    cells = data.features.shape[1]
+    # A fixed permutation of all (training image, cell) positions; its first FIT_ROWS are read.
+    pick = torch.randperm(len(train) * cells, generator=torch.Generator().manual_seed(0))[:FIT_ROWS]
+    image, cell = (pick // cells).numpy(), (pick % cells).numpy()
+    rows = data.rows[np.asarray(train)[image]]
+    sample = torch.from_numpy(np.asarray(data.features[rows, cell]))  # (<= FIT_ROWS, C)
     mean, transform = fit_normalizer(
-        rows, enc_cfg.get("normalize", "pca_whiten"), enc_cfg.get("pca_dim"),
+        sample, enc_cfg.get("normalize", "pca_whiten"), enc_cfg.get("pca_dim"),
         enc_cfg.get("whiten_eps", 0.0),
     )
-    normalizer = FeatureNormalizer(transform.shape[0], transform.shape[1], data_cfg.get("blind", False))
-    normalizer.mean.copy_(mean)
-    normalizer.transform.copy_(transform)
-    return normalizer
+    blind = data_cfg.get("blind", False)
+    return FeatureNormalizer(transform.shape[0], transform.shape[1], blind).set(mean, transform)

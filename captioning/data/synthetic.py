@@ -7,7 +7,6 @@ position name and pixel bounding box) for attribute accuracy and attention groun
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -16,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw
+
+from ..provenance import fingerprint
 
 COLOURS = {
     "red": (220, 40, 40),
@@ -86,8 +87,7 @@ class SyntheticConfig:
 
     def key(self) -> str:
         """Short hash of every parameter plus the generator version."""
-        blob = json.dumps({**asdict(self), "version": GENERATOR_VERSION}, sort_keys=True)
-        return hashlib.sha1(blob.encode()).hexdigest()[:10]
+        return fingerprint({**asdict(self), "version": GENERATOR_VERSION}, length=10)
 
 
 GENERATOR_VERSION = 1

@@ -1,4 +1,4 @@
-"""LightningDataModule over the prepared (cached, normalised) features."""
+"""LightningDataModule over the prepared (cached, raw) features."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ class CaptionDataModule(pl.LightningDataModule):
             num_workers=workers,
             persistent_workers=workers > 0,
             pin_memory=torch.cuda.is_available(),  # faster host-to-GPU copies; no-op on CPU
-            collate_fn=Collate(self.data.features, self.data.vocab.pad),
+            collate_fn=Collate(self.data, self.data.vocab.pad),
         )
 
     def train_dataloader(self) -> DataLoader:

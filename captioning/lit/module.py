@@ -11,9 +11,9 @@ from ..checkpoint import FORMAT_VERSION
 from ..data.vocab import Vocabulary
 from ..metrics import attribute_accuracy, corpus_bleu_scores
 from ..metrics.grounding import attention_grounding
-from ..models.attention import attention_stats
+from ..models.attention import attention_stats, cross_attention_modules
 from ..models.captioner import build_captioner
-from ..models.decoding import decode_batch
+from ..predict import caption_features, greedy
 
 
 class CaptioningModule(pl.LightningModule):
@@ -48,24 +48,30 @@ class CaptioningModule(pl.LightningModule):
         self.log("train/loss", loss, prog_bar=True, batch_size=len(tokens))
         return loss
 
-    def _decode(self, batch: dict, settings: dict) -> None:
-        """Greedy (beam_size 1) or batched beam search; collects words and attention stats."""
-        v = self.vocab
-        ids, weights = decode_batch(self.model.decoder, batch["features"], v.bos, v.eos, v.pad, settings)
-        steps = torch.cat(weights)  # (total generated tokens, N)
+    def _decode(self, batch: dict, settings: dict) -> list[dict]:
+        """Greedy (beam_size 1) or batched beam search; collects words and attention stats and
+        returns this batch's outputs (the media callback shows some of them)."""
+        attention = self.model.decoder.attention
+        if hasattr(attention, "pop_gate"):
+            attention.pop_gate()  # forget training's gates: report this batch's decoding only
+        captions = caption_features(self.model, self.vocab, batch["features"], settings)
+        steps = torch.cat([c.steps for c in captions])  # (every decoding step, N)
         stats = attention_stats(steps)
-        gate = getattr(self.model.decoder.attention, "last_gate", None)
+        gate = attention.pop_gate() if hasattr(attention, "pop_gate") else None
         if gate is not None:
             stats["attn_gate"] = gate
         self._attn.append((len(steps), stats))
-        for i, words, w, refs, objs, image_id in zip(
-            batch["index"].tolist(), ids, weights, batch["refs"], batch["objects"], batch["image_id"]
+        outputs = []
+        # Host copy on purpose: the indices key Python dicts (one copy per batch).
+        for i, c, refs, objs, image_id in zip(
+            batch["index"].tolist(), captions, batch["refs"], batch["objects"], batch["image_id"]
         ):
-            hyp, w = v.decode_aligned(words, w)  # w: (len(hyp), N), row t <-> word t
-            out = {"index": i, "hyp": hyp, "refs": refs, "objects": objs, "image_id": image_id}
+            out = {"index": i, "hyp": c.words, "refs": refs, "objects": objs, "image_id": image_id}
+            outputs.append({**out, "weights": c.weights})
             if objs and "bbox" in objs[0]:  # ground truth boxes: keep weights for grounding
-                out["weights"] = w.float().cpu()
+                out["weights"] = c.weights.float().cpu()
             self._outputs.append(out)
+        return outputs
 
     def _gather(self) -> list[dict]:
         """All processes' outputs, each image once (DDP samplers may repeat images)."""
@@ -92,13 +98,13 @@ class CaptioningModule(pl.LightningModule):
         total = sum(n for n, _ in attn)
         for key in attn[0][1] if attn and total else ():
             metrics[f"{stage}/{key}"] = sum(n * st[key] for n, st in attn) / total
-        # Every process holds the gathered outputs, so every process logs the same numbers.
+        # BLEU, attribute accuracy and grounding come from the gathered outputs, the same on
+        # every process; the attention statistics are still this process's own (issue: gather).
         self.log_dict(metrics)
         return outputs
 
-    def validation_step(self, batch: dict, batch_idx: int) -> None:
-        # Greedy: validation only ranks checkpoints, every epoch, so it must be cheap.
-        self._decode(batch, {**self.cfg["decode"], "beam_size": 1})
+    def validation_step(self, batch: dict, batch_idx: int) -> list[dict]:
+        return self._decode(batch, greedy(self.cfg["decode"]))
 
     def on_validation_epoch_end(self) -> None:
         self._score("val")
@@ -117,13 +123,8 @@ class CaptioningModule(pl.LightningModule):
         LSTM's batch shrinks step by step). Its cost shows as results.json's first_step_s."""
         if not self.cfg.get("model", {}).get("compile") or getattr(self, "_compiled", False):
             return
-        from ..models.attention import CrossAttention
-
-        outer = [m for m in self.model.decoder.modules() if isinstance(m, CrossAttention)]
-        inner = {id(c) for m in outer for c in m.modules() if c is not m}
-        for m in outer:
-            if id(m) not in inner:  # compiling the outer module covers e.g. mixed's inner one
-                m.forward = torch.compile(m.forward, dynamic=True)
+        for m in cross_attention_modules(self.model.decoder):
+            m.forward = torch.compile(m.forward, dynamic=True)
         self._compiled = True
 
     def configure_optimizers(self):

@@ -10,17 +10,19 @@ NLTK_TOKENS = "captioning tokenizer (lower-case, punctuation kept as tokens)"
 
 
 def score_captions(
-    hypotheses: dict, references: dict, prefix: str = "test/", tokenizer: str = "simple",
-    meteor: bool = True,
+    hypotheses: dict, references: dict, reference_tokens: dict, prefix: str = "test/",
+    tokenizer: str = "simple", meteor: bool = True,
 ) -> tuple[dict[str, float], dict[str, str]]:
-    """{id: caption}, {id: [captions]} -> flat metrics and the tokenisation each family used."""
+    """{id: caption}, {id: [reference text]}, {id: [reference tokens]} -> flat metrics and the
+    tokenisation each family used. nltk BLEU scores `tokenize(caption)` against the reference
+    tokens (the same tokens training scores: see captioning.data.karpathy); coco-caption
+    tokenises the texts itself."""
     ids = list(hypotheses)
-    missing = [i for i in ids if i not in references]
+    missing = [i for i in ids if i not in references or i not in reference_tokens]
     if missing:
         raise ValueError(f"{len(missing)} predicted image ids have no references, e.g. {missing[:3]}")
     metrics = corpus_bleu_scores(
-        [tokenize(hypotheses[i]) for i in ids], [[tokenize(r) for r in references[i]] for i in ids],
-        prefix=prefix,
+        [tokenize(hypotheses[i]) for i in ids], [reference_tokens[i] for i in ids], prefix=prefix,
     )
     coco, described = coco_scores(hypotheses, {i: references[i] for i in ids}, tokenizer, meteor)
     metrics.update({f"{prefix}{k}": v for k, v in coco.items()})

@@ -1,79 +1,24 @@
-"""The trainable model: feature normaliser (fitted on the training split) + decoder."""
+"""The trainable model: raw encoder features in, normalised inside (per batch), decoded out.
+
+Every entry point (`forward` for teacher forcing, `generate` for decoding) takes *raw* encoder
+features, so a dataset's features are stored once, as the encoder wrote them, and the
+normaliser that travels in the checkpoint is the only place normalisation happens.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from .beam import beam_search
+from .decoders import build_decoder
 from .decoding import greedy_decode
-from .lstm import LSTMDecoder
-from .transformer import TransformerDecoder
-
-DECODERS = {"lstm": LSTMDecoder, "transformer": TransformerDecoder}
-
-
-def build_decoder(cfg: dict, vocab_size: int, feature_dim: int, attention: dict) -> nn.Module:
-    """Decoder from its config dict (`name` picks the class); unknown names list valid ones."""
-    cfg = dict(cfg)
-    name = cfg.pop("name")
-    if name not in DECODERS:
-        raise ValueError(f"unknown decoder '{name}'; valid: {', '.join(sorted(DECODERS))}")
-    return DECODERS[name](vocab_size, feature_dim, attention, **cfg)
-
-
-class FeatureNormalizer(nn.Module):
-    """(x - mean) @ transform: per-channel standardisation (transform = diag(1/std)) or PCA
-    whitening (transform = U diag(1/sqrt(lambda + eps)), optionally the top `dim` components).
-    `blind` zeroes the output: the control run that shows how much the image matters."""
-
-    def __init__(self, in_dim: int, out_dim: int, blind: bool = False) -> None:
-        super().__init__()
-        self.blind = blind
-        self.register_buffer("mean", torch.zeros(in_dim))
-        self.register_buffer("transform", torch.eye(in_dim, out_dim))
-
-    @property
-    def out_dim(self) -> int:
-        return self.transform.shape[1]
-
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        """features (B, N, in_dim) -> (B, N, out_dim)."""
-        out = (features.float() - self.mean) @ self.transform
-        return torch.zeros_like(out) if self.blind else out
-
-
-def fit_normalizer(
-    features: torch.Tensor, method: str = "pca_whiten", dim: int | None = None, eps: float = 0.0
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fit on training features (M, C) -> (mean (C,), transform (C, D)).
-
-    eps is relative to the mean eigenvalue (mean variance for `standard`): it damps the scaling
-    of near-empty directions.
-    """
-    x = features.double()
-    mean = x.mean(0)
-    x = x - mean
-    if method == "standard":
-        if dim is not None and dim != x.shape[1]:
-            raise ValueError("encoder.normalize=standard keeps the width; use pca_whiten for dim")
-        # Damped like the whitening below: a channel (nearly) constant on the training split
-        # (a dead ReLU) must not turn a small deviation on a test image into 1e6 (inf in fp16).
-        var = x.var(0)
-        scale = 1.0 / torch.sqrt(var + eps * var.mean() + 1e-12)
-        return mean.float(), torch.diag(scale).float()
-    if method != "pca_whiten":
-        raise ValueError(f"encoder.normalize must be 'standard' or 'pca_whiten', got '{method}'")
-    cov = x.T @ x / (x.shape[0] - 1)
-    evals, evecs = torch.linalg.eigh(cov)  # ascending
-    evals, evecs = evals.flip(0).clamp_min(0), evecs.flip(1)
-    dim = dim or x.shape[1]
-    damp = eps * evals.mean()
-    transform = evecs[:, :dim] / torch.sqrt(evals[:dim] + damp + 1e-12)
-    return mean.float(), transform.float()
+from .encoder import encoder_dim
+from .normalizer import FeatureNormalizer
 
 
 class Captioner(nn.Module):
-    """normalizer -> decoder; `generate` decodes raw (un-normalised) encoder features."""
+    """normaliser -> decoder."""
 
     def __init__(self, decoder: nn.Module, normalizer: FeatureNormalizer) -> None:
         super().__init__()
@@ -82,26 +27,59 @@ class Captioner(nn.Module):
 
     def forward(
         self,
-        features: torch.Tensor,
+        raw_features: torch.Tensor,
         tokens: torch.Tensor,
         lengths: torch.Tensor | None = None,
         image_index: torch.Tensor | None = None,
-    ):
-        """Normalised features (I, N, D), tokens (B, T) -> logits (B, T, V), weights (B, T, N)."""
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher forcing: raw features (I, N, C), tokens (B, T) -> logits (B, T, V),
+        weights (B, T, N); `image_index` (B,) maps captions to images (see the decoders)."""
+        features = self.normalizer(raw_features)  # (I, N, D)
         return self.decoder(features, tokens, lengths=lengths, image_index=image_index)
 
     @torch.no_grad()
-    def generate(self, raw_features: torch.Tensor, bos: int, eos: int, max_len: int = 30):
-        """Raw encoder features (B, N, C) -> tokens (B, L), weights (B, L, N)."""
-        return greedy_decode(self.decoder, self.normalizer(raw_features), bos, eos, max_len)
+    def generate(
+        self,
+        raw_features: torch.Tensor,
+        bos: int,
+        eos: int,
+        pad: int,
+        beam_size: int = 1,
+        max_len: int = 30,
+        alpha: float = 0.0,
+        block_ngram: int = 0,
+    ) -> tuple[list[list[int]], list[torch.Tensor]]:
+        """Raw features (B, N, C) -> per image the token ids (without <bos>, up to and including
+        <eos>) and their attention weights (len, N). beam_size 1 is greedy, >1 batched beam
+        search (alpha: GNMT length penalty; block_ngram: no repeated n-grams)."""
+        features = self.normalizer(raw_features)  # (B, N, D)
+        if beam_size == 1:
+            tokens, weights = greedy_decode(self.decoder, features, bos, eos, max_len)
+            ids, out = [], []
+            # One host copy for the whole batch: the cut at <eos> is Python list work.
+            for row, w in zip(tokens.tolist(), weights):
+                n = row.index(eos) + 1 if eos in row else len(row)
+                ids.append(row[:n])
+                out.append(w[:n])
+            return ids, out
+        hyps = beam_search(self.decoder, features, bos, eos, beam_size, max_len, alpha=alpha,
+                           block_ngram=block_ngram, banned=(pad, bos))
+        return [h[0].tokens for h in hyps], [h[0].weights for h in hyps]
 
 
 def build_captioner(cfg: dict, vocab_size: int) -> Captioner:
-    """The model a resolved run config describes (normaliser buffers still to be loaded)."""
-    from .encoder import encoder_dim
-
+    """The model a resolved run config describes (normaliser statistics still to be loaded)."""
     enc = cfg["encoder"]
     in_dim = encoder_dim(enc["name"])
     normalizer = FeatureNormalizer(in_dim, enc.get("pca_dim") or in_dim, cfg["data"].get("blind", False))
     decoder = build_decoder(cfg["decoder"], vocab_size, normalizer.out_dim, cfg["attention"])
     return Captioner(decoder, normalizer)
+
+
+def resolved_attention(cfg: dict) -> str:
+    """What `attention=<name>` runs as for this config: `mixed` decides at construction (from
+    the widths the decoder gives it), every other mode is itself. The model is built on the
+    meta device, so asking costs no memory and no initialisation."""
+    with torch.device("meta"):
+        model = build_captioner(cfg, vocab_size=8)
+    return getattr(model.decoder.attention, "choice", cfg["attention"]["name"])

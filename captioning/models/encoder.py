@@ -3,39 +3,46 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torchvision
 from torch import nn
 
-# name -> (builder, weights enum, feature channels)
-ENCODERS = {
-    "resnet18": (torchvision.models.resnet18, torchvision.models.ResNet18_Weights, 512),
-    "resnet34": (torchvision.models.resnet34, torchvision.models.ResNet34_Weights, 512),
-    "resnet50": (torchvision.models.resnet50, torchvision.models.ResNet50_Weights, 2048),
-    "resnet101": (torchvision.models.resnet101, torchvision.models.ResNet101_Weights, 2048),
-    "resnet152": (torchvision.models.resnet152, torchvision.models.ResNet152_Weights, 2048),
-}
+from .registry import Registry
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    builder: Callable[..., nn.Module]  # torchvision constructor
+    weights: type  # torchvision weights enum (its DEFAULT names the ImageNet file)
+    dim: int  # channels of the last stage: the feature width
+
+
+ENCODERS: Registry[EncoderSpec] = Registry("encoder")
+for _name, _builder, _weights, _dim in (
+    ("resnet18", torchvision.models.resnet18, torchvision.models.ResNet18_Weights, 512),
+    ("resnet34", torchvision.models.resnet34, torchvision.models.ResNet34_Weights, 512),
+    ("resnet50", torchvision.models.resnet50, torchvision.models.ResNet50_Weights, 2048),
+    ("resnet101", torchvision.models.resnet101, torchvision.models.ResNet101_Weights, 2048),
+    ("resnet152", torchvision.models.resnet152, torchvision.models.ResNet152_Weights, 2048),
+):
+    ENCODERS.add(_name, EncoderSpec(_builder, _weights, _dim))
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
-def _check_name(name: str) -> None:
-    if name not in ENCODERS:
-        raise ValueError(f"unknown encoder '{name}'; valid: {', '.join(sorted(ENCODERS))}")
-
-
 def encoder_dim(name: str) -> int:
     """Channels of the encoder's last stage (the feature width)."""
-    _check_name(name)
-    return ENCODERS[name][2]
+    return ENCODERS[name].dim
 
 
 def _load_pretrained(name: str, weights_path: str | None) -> tuple[dict, str]:
     """ImageNet weights from `weights_path` or the local torch hub cache; never downloads."""
-    weights = ENCODERS[name][1].DEFAULT
+    weights = ENCODERS[name].weights.DEFAULT
     candidates = []
     if weights_path:
         candidates.append(Path(weights_path).expanduser())
@@ -66,8 +73,8 @@ class ResNetEncoder(nn.Module):
         init_seed: int = 0,
     ) -> None:
         super().__init__()
-        _check_name(name)
-        builder, _, self.out_dim = ENCODERS[name]
+        spec = ENCODERS[name]
+        builder, self.out_dim = spec.builder, spec.dim
         # A random encoder is a fixed function of its seed (and torch's init code), so features
         # cached from it and images captioned later see the same network.
         with torch.random.fork_rng(devices=[]):
@@ -87,6 +94,14 @@ class ResNetEncoder(nn.Module):
         x = (images - self.mean) / self.std
         x = self.trunk(x.contiguous(memory_format=torch.channels_last))  # (B, C, h, w)
         return x.flatten(2).transpose(1, 2)  # (B, h*w, C)
+
+
+def build_encoder(enc_cfg: dict) -> ResNetEncoder:
+    """The frozen feature extractor described by the `encoder` config group."""
+    return ResNetEncoder(
+        enc_cfg["name"], enc_cfg.get("pretrained", False), enc_cfg.get("weights_path"),
+        enc_cfg.get("init_seed", 0),
+    )
 
 
 def best_cpu_dtype() -> torch.dtype:

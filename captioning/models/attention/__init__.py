@@ -7,9 +7,11 @@ from .base import (
     Prepared,
     attention_stats,
     build_attention,
+    cross_attention_modules,
     masked_softmax,
 )
 
 __all__ = [
-    "ATTENTIONS", "CrossAttention", "Prepared", "attention_stats", "build_attention", "masked_softmax",
+    "ATTENTIONS", "CrossAttention", "Prepared", "attention_stats", "build_attention",
+    "cross_attention_modules", "masked_softmax",
 ]

@@ -8,6 +8,8 @@ from dataclasses import dataclass, fields, replace
 import torch
 from torch import nn
 
+from ..registry import Registry
+
 
 @dataclass
 class Prepared:
@@ -112,30 +114,26 @@ def attention_stats(weights: torch.Tensor, valid: torch.Tensor | None = None) ->
     if len(w) == 0:
         return {}
     entropy = -(w * w.clamp_min(1e-12).log()).sum(-1)
-    return {
-        "attn_entropy": entropy.mean().item(),
-        "attn_max": w.max(-1).values.mean().item(),
-        "attn_min": w.min(-1).values.mean().item(),
-    }
+    means = torch.stack([entropy.mean(), w.max(-1).values.mean(), w.min(-1).values.mean()])
+    # One device-to-host copy for the three numbers (called once per decoded batch).
+    return dict(zip(("attn_entropy", "attn_max", "attn_min"), means.tolist()))
 
 
-ATTENTIONS: dict[str, Callable[..., CrossAttention]] = {}
-
-
-def register(name: str, **defaults) -> Callable:
-    """Register a builder under `name`; `defaults` fix constructor arguments (e.g. scaled=True)."""
-
-    def wrap(cls):
-        ATTENTIONS[name] = lambda *args, **kw: cls(*args, **{**defaults, **kw})
-        return cls
-
-    return wrap
+ATTENTIONS: Registry[Callable[..., CrossAttention]] = Registry("attention")
+register = ATTENTIONS.register
 
 
 def build_attention(
     name: str, query_dim: int, key_dim: int, value_dim: int | None = None, **cfg
 ) -> CrossAttention:
     """Build a registered attention module; unknown names list the valid ones."""
-    if name not in ATTENTIONS:
-        raise ValueError(f"unknown attention '{name}'; valid: {', '.join(sorted(ATTENTIONS))}")
     return ATTENTIONS[name](query_dim, key_dim, value_dim, **cfg)
+
+
+def cross_attention_modules(model: nn.Module) -> list[CrossAttention]:
+    """The outermost cross-attention modules of a model (one per decoder layer): a module
+    nested inside another (e.g. the one `mixed` wraps) is part of its parent, not counted
+    again. What parameter counts and torch.compile work on."""
+    found = [m for m in model.modules() if isinstance(m, CrossAttention)]
+    inner = {id(c) for m in found for c in m.modules() if c is not m}
+    return [m for m in found if id(m) not in inner]

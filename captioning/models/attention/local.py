@@ -9,16 +9,7 @@ import torch
 from torch import nn
 
 from .base import CrossAttention, register
-
-
-def grid_coords(n: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(N, 2) row/col of each position, row-major, and (2,) the largest row/col index.
-    A square N is a G x G grid (ResNet features); any other N is one row (Luong's 1-D case)."""
-    g = math.isqrt(n)
-    cols = g if g * g == n else n
-    idx = torch.arange(n, device=device)
-    coords = torch.stack([idx // cols, idx % cols], dim=-1).float()
-    return coords, coords.max(0).values
+from .position import grid_coords
 
 
 @register("local")

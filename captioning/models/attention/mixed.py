@@ -11,6 +11,11 @@ from .additive import AdditiveAttention
 from .base import CrossAttention, Prepared, build_attention, register
 
 
+def mixed_choice(query_dim: int, key_dim: int, dot: str = "dot") -> str:
+    """The practitioners' rule: the dot mode when query and key widths match, else additive."""
+    return dot if query_dim == key_dim else "additive"
+
+
 @register("mixed")
 class MixedAttention(CrossAttention):
     """Decided once at construction: `dot` (or `scaled_dot`) when Dq == Dk, else `additive`.
@@ -29,7 +34,7 @@ class MixedAttention(CrossAttention):
         super().__init__(query_dim, key_dim, value_dim)
         if dot not in ("dot", "scaled_dot"):
             raise ValueError(f"attention.dot must be 'dot' or 'scaled_dot', got '{dot}'")
-        self.choice = dot if query_dim == key_dim else "additive"
+        self.choice = mixed_choice(query_dim, key_dim, dot)
         kw = {"attn_dim": attn_dim} if self.choice == "additive" else {}
         if init != "default":
             kw["init"] = init
@@ -48,7 +53,8 @@ class MixedAttention(CrossAttention):
 @register("gated_mixed")
 class GatedMixedAttention(AdditiveAttention):
     """score = g * scaled_dot(q, W k) + (1 - g) * additive(q, k), g = sigmoid(w^T q + b) per
-    query (per step). `last_gate` holds the mean gate of the last call, for logging."""
+    query (per step). The gate is summed on the device at every call (no host sync);
+    `pop_gate()` returns its mean over every query since the last pop, for logging."""
 
     def __init__(
         self,
@@ -61,7 +67,8 @@ class GatedMixedAttention(AdditiveAttention):
         super().__init__(query_dim, key_dim, value_dim, attn_dim, init)
         self.w_dot = nn.Linear(key_dim, query_dim, bias=False)
         self.gate = nn.Linear(query_dim, 1)
-        self.last_gate: float | None = None
+        self._gate_sum: torch.Tensor | None = None  # () on the input's device
+        self._gate_count = 0
 
     def _prepare_keys(self, keys: torch.Tensor) -> torch.Tensor:
         # Both key projections, concatenated so Prepared.map (beam reordering) moves them together.
@@ -72,5 +79,16 @@ class GatedMixedAttention(AdditiveAttention):
         additive = super()._scores(query, add_keys)  # (B, T, N)
         dot = query @ dot_keys.transpose(1, 2) / math.sqrt(self.query_dim)  # (B, T, N)
         g = torch.sigmoid(self.gate(query))  # (B, T, 1)
-        self.last_gate = g.detach().mean().item()
+        gate_sum = g.detach().float().sum()
+        self._gate_sum = gate_sum if self._gate_sum is None else self._gate_sum + gate_sum
+        self._gate_count += g.numel()
         return g * dot + (1 - g) * additive
+
+    def pop_gate(self) -> float | None:
+        """Mean gate over every query (every step, every row) since the last pop, then reset;
+        None when nothing ran. One host sync per call: call it once per batch, not per step."""
+        if not self._gate_count:
+            return None
+        mean = float(self._gate_sum / self._gate_count)
+        self._gate_sum, self._gate_count = None, 0
+        return mean

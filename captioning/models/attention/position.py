@@ -1,11 +1,22 @@
-"""2-D relative position bias for the dot family over a feature grid."""
+"""Positions on the 2-D feature grid: cell coordinates (used by local attention and the
+relative position bias) and the 2-D relative position bias for the dot family."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
 
-from .local import grid_coords
+
+def grid_coords(n: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, 2) row/col of each position, row-major, and (2,) the largest row/col index.
+    A square N is a G x G grid (ResNet features); any other N is one row (Luong's 1-D case)."""
+    g = math.isqrt(n)
+    cols = g if g * g == n else n
+    idx = torch.arange(n, device=device)
+    coords = torch.stack([idx // cols, idx % cols], dim=-1).float()
+    return coords, coords.max(0).values
 
 
 class RelativePositionBias2d(nn.Module):

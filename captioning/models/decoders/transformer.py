@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import Prepared, build_attention
+from ..attention import Prepared, build_attention
 
 
 @dataclass
@@ -91,10 +91,10 @@ class TransformerDecoder(nn.Module):
         feature_dim: int,
         attention: dict,
         d_model: int = 512,
-        num_layers: int = 3,
+        num_layers: int = 2,
         num_heads: int = 8,
-        ff_dim: int = 2048,
-        dropout: float = 0.1,
+        ff_dim: int = 1024,
+        dropout: float = 0.0,
         positions: str = "learned",
         max_len: int = 64,
         tie_embeddings: bool = True,

@@ -1,5 +1,8 @@
-"""Callbacks that feed the loggers: training throughput, and per-epoch validation media (sample
-captions, attention heat maps) for wandb and TensorBoard."""
+"""Per-epoch validation media for wandb and TensorBoard: sample captions and attention figures.
+
+Nothing is decoded here: the captions and attention weights are the ones validation_step just
+produced (its return value), so media cost only the figures.
+"""
 
 from __future__ import annotations
 
@@ -8,39 +11,18 @@ import time
 
 import numpy as np
 import pytorch_lightning as pl
-import torch
 from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
 
 from ..data.features import ImageFiles
-from ..models.decoding import decode_batch
 
 log = logging.getLogger(__name__)
 
 
-class Throughput(pl.Callback):
-    """train/captions_per_s and train/images_per_s, timed around each optimisation step
-    (forward, backward, optimiser; data loading excluded)."""
-
-    def __init__(self) -> None:
-        self.step_seconds: list[float] = []  # every step, for results.json (first = compile)
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self._start = time.perf_counter()
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        seconds = max(time.perf_counter() - self._start, 1e-9)
-        self.step_seconds.append(seconds)
-        pl_module.log_dict(
-            {"train/captions_per_s": len(batch["tokens"]) / seconds,
-             "train/images_per_s": len(batch["features"]) / seconds},
-            on_step=True, on_epoch=False, batch_size=len(batch["tokens"]),
-        )
-
-
 class ValidationMedia(pl.Callback):
     """After each validation epoch (never in the sanity check): a table of sample images with
-    generated and reference captions, and attention figures, for a fixed set of validation
-    images, so the same pictures show the model's progress epoch by epoch.
+    generated and reference captions, and attention figures, for the first `num_samples`
+    validation images this process decodes (the loader is not shuffled, so the same images
+    every epoch and progress is visible epoch by epoch).
 
     Only wandb and TensorBoard loggers receive media; with neither this does nothing.
     """
@@ -49,51 +31,53 @@ class ValidationMedia(pl.Callback):
         self.num_samples, self.num_attention = num_samples, num_attention
         self.every_n_epochs = max(1, every_n_epochs)
         self.seconds: list[float] = []  # media time per epoch, for the cost report
+        self._samples: list[dict] = []
 
-    def _targets(self, trainer) -> list:
+    def _active(self, trainer) -> list:
+        """The loggers to feed this epoch ([] = do nothing)."""
+        if (trainer.sanity_checking or not trainer.is_global_zero or self.num_samples < 1
+                or trainer.current_epoch % self.every_n_epochs):
+            return []
         return [lg for lg in trainer.loggers if isinstance(lg, (WandbLogger, TensorBoardLogger))]
 
-    @torch.no_grad()
+    def on_validation_epoch_start(self, trainer, pl_module) -> None:
+        self._samples = []
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx,
+                                dataloader_idx: int = 0) -> None:
+        if outputs and len(self._samples) < self.num_samples and self._active(trainer):
+            self._samples += outputs[: self.num_samples - len(self._samples)]
+
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
-        loggers = self._targets(trainer)
-        if (trainer.sanity_checking or not loggers or not trainer.is_global_zero
-                or self.num_samples < 1 or trainer.current_epoch % self.every_n_epochs):
+        loggers = self._active(trainer)
+        if not loggers or not self._samples:
             return
         start = time.perf_counter()
-        data, vocab = trainer.datamodule.data, pl_module.vocab
-        index = data.split_indices("val")[: self.num_samples]  # fixed: same images every epoch
-        records = [data.records[i] for i in index]
-        features = data.features[index].float().to(pl_module.device)  # (S, N, D)
-        settings = {**pl_module.cfg["decode"], "beam_size": 1}
-        was_training = pl_module.training
-        pl_module.eval()
-        ids, weights = decode_batch(pl_module.model.decoder, features, vocab.bos, vocab.eos,
-                                    vocab.pad, settings)
-        pl_module.train(was_training)
+        records = [trainer.datamodule.data.records[s["index"]] for s in self._samples]
         files = ImageFiles([r.path for r in records], pl_module.cfg["encoder"]["image_size"])
         rows, figures = [], []
-        for k, (record, tok, w) in enumerate(zip(records, ids, weights)):
+        for k, (record, sample) in enumerate(zip(records, self._samples)):
             pixels, ok = files[k]
             image = pixels.permute(1, 2, 0).numpy() if ok else np.zeros((8, 8, 3), np.uint8)
-            words, w = vocab.decode_aligned(tok, w)
-            refs = [" ".join(c) for c in record.captions]
-            rows.append((record.image_id, image, " ".join(words), refs))
+            words = sample["hyp"]
+            rows.append((record.image_id, image, " ".join(words), record.texts))
             if k < self.num_attention and ok and words:
-                figures.append((record.image_id, words, attention_array(image, words, w)))
+                figures.append((record.image_id, words, _attention_array(image, words, sample["weights"])))
         step = trainer.global_step
         for logger in loggers:
             if isinstance(logger, WandbLogger):
                 _to_wandb(logger, rows, figures, trainer.current_epoch, step)
             else:
                 _to_tensorboard(logger, rows, figures, step)
+        self._samples = []
         self.seconds.append(time.perf_counter() - start)
         log.debug("validation media: %.2f s", self.seconds[-1])
 
 
-def attention_array(image: np.ndarray, words: list[str], weights: torch.Tensor) -> np.ndarray:
+def _attention_array(image: np.ndarray, words: list[str], weights) -> np.ndarray:
     """The attention figure (input + one panel per word; weights (len(words), N)) as an
     (H, W, 3) uint8 array."""
-    from ..visualize import attention_canvas
+    from ..visualize import attention_canvas  # matplotlib only when media are made
 
     return attention_canvas(image, words, weights)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from .attention import Prepared, build_attention
+from ..attention import Prepared, build_attention
 
 
 @dataclass
@@ -127,7 +127,9 @@ class LSTMDecoder(nn.Module):
         if lengths is not None:
             order = lengths.argsort(descending=True)
             tokens, index = tokens[order], index[order]
-            counts = (lengths[order].unsqueeze(0) > torch.arange(steps).unsqueeze(1)).sum(1).tolist()
+            steps_t = torch.arange(steps, device=lengths.device).unsqueeze(1)  # (T, 1)
+            # Host copy on purpose: the per-step batch sizes drive the Python loop below.
+            counts = (lengths[order].unsqueeze(0) > steps_t).sum(1).tolist()
         prepared = self.prepare(features, mask)  # (I, ...) once per image
         state = self.reorder(self.init_state(prepared, features), index)  # (B, ...) per caption
         emb = self.embed(tokens)  # (B, T, E)

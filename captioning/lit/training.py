@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
@@ -16,42 +14,16 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.loggers import WandbLogger
 
-from .lit import CaptionDataModule, CaptioningModule
-from .lit.callbacks import Throughput, ValidationMedia
-from .lit.loggers import build_loggers, flatten, sync_hint
-from .models.attention import CrossAttention
+from ..models.attention import cross_attention_modules
+from ..models.captioner import resolved_attention
+from ..provenance import config_hash, git_commit
+from .datamodule import CaptionDataModule
+from .loggers import build_loggers, flatten, sync_hint
+from .media import ValidationMedia
+from .module import CaptioningModule
+from .throughput import Throughput
 
 log = logging.getLogger(__name__)
-
-# Keys that say where things go or how they are shown, not what is computed.
-_NOT_HASHED = ("paths", "logger", "media", "compare", "hydra")
-
-
-def config_hash(cfg: dict) -> str:
-    """sha1 of the resolved config minus paths, logger and hydra."""
-    kept = {k: v for k, v in cfg.items() if k not in _NOT_HASHED}
-    return hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()
-
-
-_RESULT_PATHS = ("captioning", "conf", "scripts", "train.py", "pyproject.toml")
-
-
-def git_commit() -> str | None:
-    """HEAD of the repository the code runs from, '+dirty' when files that can change a result
-    (the package, configs, scripts, train.py, pyproject.toml) have uncommitted changes; an edited
-    README does not count."""
-    here = Path(__file__).resolve().parent
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = subprocess.run(  # ":/" = pathspec from the repository root
-            ["git", "status", "--porcelain", "--untracked-files=no", "--",
-             *(f":/{p}" for p in _RESULT_PATHS)],
-            cwd=here, capture_output=True, text=True, check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return sha + ("+dirty" if dirty else "")
 
 
 def train(cfg: DictConfig) -> dict:
@@ -90,9 +62,7 @@ def train(cfg: DictConfig) -> dict:
     best = "best" if checkpoint.best_model_path else None  # no validation ran: test as trained
     test = trainer.test(module, datamodule=datamodule, ckpt_path=best)
 
-    attention = module.model.decoder.attention  # the (last) cross-attention
-    cross = [m for m in module.model.decoder.modules() if isinstance(m, CrossAttention)]
-    inner = {id(c) for m in cross for c in m.modules() if c is not m}  # e.g. inside `mixed`
+    cross = cross_attention_modules(module.model.decoder)
     results = {k: float(v) for k, v in (test[0] if test else {}).items()}
     results.update(
         wall_time_s=round(time.time() - start, 2),
@@ -100,9 +70,9 @@ def train(cfg: DictConfig) -> dict:
         config_hash=config_hash(plain),
         git_commit=git_commit(),
         params=sum(p.numel() for p in module.model.decoder.parameters()),
-        attention_params=sum(p.numel() for m in cross if id(m) not in inner for p in m.parameters()),
+        attention_params=sum(p.numel() for m in cross for p in m.parameters()),
         # What `mixed` decided at construction (equals the name for every other mode).
-        attention_resolved=getattr(attention, "choice", plain["attention"]["name"]),
+        attention_resolved=resolved_attention(plain),
         skipped_images=len(datamodule.data.skipped),
         # Step timing: the first step carries torch.compile's cost (model.compile=true).
         first_step_s=round(throughput.step_seconds[0], 3) if throughput.step_seconds else None,

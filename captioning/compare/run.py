@@ -1,0 +1,93 @@
+"""The whole comparison: train the grid's missing cells, re-run some for reproducibility,
+measure dot/additive throughput, write the report (Markdown, JSON, plots, a wandb run)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from ..benchmark import BenchConfig, run_benchmark
+from ..data.karpathy import load_karpathy
+from ..data.prepare import resolve_json
+from .grid import GridRunner, expand_grid
+from .report import build_markdown, build_report, save_plots
+
+log = logging.getLogger(__name__)
+
+
+def throughput(spec: dict) -> dict:
+    """dot / additive training throughput from the benchmark (one process, same shapes)."""
+    settings = BenchConfig(sections="train", modes="additive,dot", decoders=",".join(spec["decoders"]),
+                           no_naive=True, **spec.get("benchmark_args", {}))
+    res = run_benchmark(settings)
+    c = res["config"]
+    out = {"shapes": f"batch {c['batch']}, {c['grid']}x{c['grid']}x{c['feature_dim']} features, "
+                     f"width {c['d_model']}, vocabulary {c['vocab']}, {res['threads']} threads"}
+    out.update({k: v for k, v in res["ratios"].items() if "dot_over_additive" in k})
+    return out
+
+
+def run_comparison(cfg: DictConfig, overrides: list[str],
+                   compose: Callable[[list[str]], DictConfig]) -> Path:
+    """cfg: the composed train config with a `compare` block (an experiment preset);
+    overrides: the user's command-line overrides, applied to every cell; compose(overrides)
+    -> a cell's train config. Returns the report directory."""
+    if "compare" not in cfg:
+        raise SystemExit("no compare settings: add experiment=cross_modal (or cross_modal_quick)")
+    spec = OmegaConf.to_container(cfg.compare, resolve=True)
+    root = Path(spec.get("root", "results")) / spec["name"]
+    runner = GridRunner(compose, overrides, root, spec["dim_settings"])
+    cells = expand_grid(spec)
+    start = time.time()
+    if spec.get("train", True):
+        dirs = runner.run(cells)
+    else:  # report only: the cells that exist
+        dirs = {c: d for c in cells if ((d := runner.config(runner.resolve(c))[1]) / "results.json").exists()}
+    train_s = time.time() - start
+    reruns = runner.verify(dirs, spec.get("verify", 0), spec.get("train", True))
+    json_path, image_root = resolve_json(OmegaConf.to_container(cfg.data, resolve=True))
+    refs = {r.image_id: r.captions for r in load_karpathy(json_path, image_root) if r.split == "test"}
+    tp = throughput(spec) if spec.get("benchmark", True) else {}
+    report = build_report(dirs, refs, spec, tp, reruns, spec.get("bootstrap_samples", 1000))
+    report["grid_wall_s"] = train_s
+    out = root / time.strftime("%Y-%m-%d_%H-%M-%S")
+    out.mkdir(parents=True, exist_ok=True)
+    markdown = build_markdown(report)
+    (out / "report.md").write_text(f"# {spec['name']}\n\n{markdown}")
+    (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
+    plots = save_plots(report, out)
+    print(markdown)
+    log.info("report: %s (grid %.0f s)", out / "report.md", train_s)
+    if "wandb" in (cfg.get("logger") or {}):
+        _wandb_summary(cfg, spec, report, markdown, plots, out)
+    return out
+
+
+def _wandb_summary(cfg, spec, report, markdown, plots, out: Path) -> None:
+    """One run of job_type 'compare' holding the table and the plots, saved beside the report."""
+    from ..lit.loggers import wandb_logger
+
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(out)  # save beside the report, not in a Hydra run dir
+    settings = OmegaConf.to_container(cfg.logger.wandb, resolve=True)
+    settings.pop("_target_", None)
+    logger = wandb_logger(**{**settings, "name": f"compare-{spec['name']}", "group": "compare",
+                             "job_type": "compare", "tags": ["compare", spec["name"]]})
+    if logger is None:
+        return
+    import wandb
+
+    run = logger.experiment
+    cols = ["decoder", "dims", "attention", "bleu4_mean", "bleu4_std", "attr_acc_mean", "counted"]
+    table = wandb.Table(columns=cols, data=[
+        [r["decoder"], r["dims"], r["attention"], r["bleu4"]["mean"], r["bleu4"]["std"],
+         r["attr_acc"]["mean"], r["counted"]] for r in report["rows"]])
+    run.log({"compare/table": table, "compare/report": wandb.Html(f"<pre>{markdown}</pre>"),
+             **{f"compare/{p.stem}": wandb.Image(str(p)) for p in plots}})
+    run.summary.update({f"diff/{d['decoder']}/{d['dims']}/abs": d["abs"]["mean"] for d in report["diffs"]})
+    run.finish()

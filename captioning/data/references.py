@@ -1,0 +1,35 @@
+"""Reference captions for scoring any predictions file: from a Karpathy-split JSON (the same
+rules as training, captioning.data.karpathy) or a COCO captions annotation file."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from .karpathy import image_id_of, sentence_text, sentence_tokens, split_of
+from .vocab import tokenize
+
+
+def load_references(path: str | Path, split: str | None = None) -> tuple[dict, dict]:
+    """-> ({image_id: [text]}, {image_id: [tokens]}): texts for coco-caption (its own
+    tokenisation), tokens for nltk BLEU. `split` filters a Karpathy JSON (all when None)."""
+    with open(path) as f:
+        data = json.load(f)
+    texts: dict = defaultdict(list)
+    tokens: dict = defaultdict(list)
+    if "annotations" in data:
+        for a in data["annotations"]:
+            texts[a["image_id"]].append(a["caption"])
+            tokens[a["image_id"]].append(tokenize(a["caption"]))
+    elif "images" in data and data["images"] and "sentences" in data["images"][0]:
+        for img in data["images"]:
+            if split and split_of(img) != split:
+                continue
+            key = image_id_of(img)
+            texts[key] = [sentence_text(s) for s in img["sentences"]]
+            tokens[key] = [sentence_tokens(s) for s in img["sentences"]]
+    else:
+        raise ValueError(f"{path}: neither a Karpathy-split JSON (images[].sentences) nor a COCO "
+                         "captions file (annotations[].caption)")
+    return dict(texts), dict(tokens)

@@ -1,0 +1,92 @@
+"""The import order between the packages (README "Architecture"), read from the source."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "captioning"
+
+# Lower layers never import higher ones; a layer may import itself and anything below.
+LAYERS = {
+    "provenance": 0,  # fingerprints and the code version: standard library only
+    "models": 1,  # torch / torchvision only
+    "data": 2,  # readers, feature cache, vocabulary (uses models: encoder, normaliser)
+    "metrics": 3,  # scores words (uses data: the tokenizer, the built-in lexicon)
+    "visualize": 3,
+    "benchmark": 3,  # torch-only speed measurements (uses models, data's image loader)
+    "checkpoint": 4,
+    "predict": 5,
+    "evaluation": 6,
+    "inference": 6,
+    "lit": 7,  # the only layer that imports pytorch_lightning
+    "compare": 8,
+}
+
+
+def _imports(path: Path) -> list[tuple[str, int]]:
+    """(absolute module name, line) of every import in a file of the package."""
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    package = parts[:-1]  # what a relative import is relative to (also for __init__.py)
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            out.append((name, node.lineno))
+    return out
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "captioning" and len(parts) > 1 else None
+
+
+def test_no_package_imports_a_layer_above_it():
+    assert set(LAYERS) == {p.stem for p in PACKAGE.iterdir() if p.suffix == ".py" or
+                           (p.is_dir() and (p / "__init__.py").exists())} - {"__init__"}
+    bad = []
+    for path in PACKAGE.rglob("*.py"):
+        if path == PACKAGE / "__init__.py":  # the package root: a lazy load_checkpoint only
+            continue
+        own = _layer(".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts))
+        for name, line in _imports(path):
+            other = _layer(name)
+            if own and other and other != own and LAYERS[other] >= LAYERS[own]:
+                bad.append(f"{path.relative_to(PACKAGE.parent)}:{line} ({own}) imports {name}")
+            if name.split(".")[0] in ("pytorch_lightning", "lightning") and own != "lit":
+                bad.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports Lightning outside lit/")
+    assert not bad, "\n".join(bad)
+
+
+def test_models_import_torch_and_the_standard_library_only():
+    allowed = {"torch", "torchvision", "__future__"} | set(sys.stdlib_module_names)
+    bad = [f"{p.relative_to(PACKAGE.parent)}:{line} imports {name}"
+           for p in (PACKAGE / "models").rglob("*.py") for name, line in _imports(p)
+           if name.split(".")[0] not in allowed and not name.startswith("captioning.models")]
+    assert not bad, "\n".join(bad)
+    # And at run time: importing the models loads no other part of the project.
+    code = ("import sys, captioning.models; "
+            "print(sorted(m for m in sys.modules if m.startswith('captioning.') "
+            "and not m.startswith('captioning.models')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_checker_sees_a_violation():
+    """Negative control: a models file importing lit would be reported."""
+    fake = PACKAGE / "models" / "_tmp_violation.py"
+    fake.write_text("from ..lit import train\nimport hydra\n")
+    try:
+        names = [n for n, _ in _imports(fake)]
+        assert names == ["captioning.lit", "hydra"]
+        assert LAYERS[_layer(names[0])] > LAYERS["models"]
+    finally:
+        fake.unlink()
