@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .data.features import ImageFiles
+from .data.features import extraction_dtype
+from .data.images import MAX_PIXELS, ImageFiles
 from .models.encoder import build_encoder
 from .predict import Predictor
 
@@ -38,18 +39,20 @@ def caption_images(
     many = image.is_dir()
     paths = sorted(p for p in image.iterdir() if p.is_file()) if many else [image]
     encoder = build_encoder(cfg["encoder"]).eval()  # the same (seeded or pretrained) network
-    files = ImageFiles(paths, cfg["encoder"]["image_size"])
+    files = ImageFiles(paths, cfg["encoder"]["image_size"], cfg["data"].get("max_image_pixels", MAX_PIXELS))
     results, skipped = [], []
     for start in range(0, len(paths), batch_size):
         items = [files[i] for i in range(start, min(start + batch_size, len(paths)))]
-        ok = [i for i, (_, good) in enumerate(items) if good]
-        for i, (_, good) in enumerate(items):
-            if not good:
-                skipped.append((str(paths[start + i]), "not a readable image"))
+        ok = [i for i, (_, why) in enumerate(items) if not why]
+        skipped += [(str(paths[start + i]), why) for i, (_, why) in enumerate(items) if why]
         if not ok:
             continue
         pixels = torch.stack([items[i][0] for i in ok])  # (B, 3, H, W) uint8
-        captions = predictor(encoder(pixels.float() / 255))  # raw features (B, N, C) in
+        # As the feature store has them: the same precision as extraction, stored as float16.
+        dtype = extraction_dtype(torch.device("cpu"))
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+            raw = encoder(pixels.float() / 255).to(torch.float16)  # (B, N, C)
+        captions = predictor(raw)
         for i, caption in zip(ok, captions):
             path, words = paths[start + i], caption.words
             fig = _figure_path(attention_map, path, many)

@@ -1,5 +1,6 @@
 """Every shipped config composes and builds; bad settings fail with a message that helps."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -82,11 +83,40 @@ def test_pretrained_without_weights_says_how_to_fix(tmp_path, monkeypatch):
         build_encoder({"name": "resnet18", "pretrained": True, "weights_path": None})
 
 
-def test_pretrained_from_local_weights_path(tmp_path):
+def test_a_dataset_whose_images_are_all_missing_fails_before_extraction(tmp_path):
+    from captioning.data.prepare import load_records_and_features
+
+    (tmp_path / "imgs").mkdir()
+    images = [{"filename": f"{i}.jpg", "filepath": "imgs", "split": "train", "imgid": i,
+               "sentences": [{"raw": "a dog"}]} for i in range(3)]
+    (tmp_path / "d.json").write_text(json.dumps({"images": images}))
+    cfg = {"name": "x", "json_path": str(tmp_path / "d.json"), "cache_dir": str(tmp_path / "cache")}
+    with pytest.raises(FileNotFoundError, match="none of the 3 image files.*set data.image_root"):
+        load_records_and_features(cfg, {"name": "resnet18", "image_size": 32})
+    assert not (tmp_path / "cache").exists()  # nothing was extracted
+
+
+def test_pretrained_weights_are_checked_against_torchvision_hashes(tmp_path, monkeypatch):
+    """A weights file must be one torchvision publishes (its sha256 prefix is in the file name);
+    a wrong file says how to fix it; verify_weights=false accepts your own weights."""
+    import hashlib
+
     import torch
     import torchvision
 
+    from captioning.models import encoder as encoder_mod
+
     path = tmp_path / "r18.pth"
     torch.save(torchvision.models.resnet18().state_dict(), path)
-    enc = build_encoder({"name": "resnet18", "pretrained": True, "weights_path": str(path)})
-    assert str(path) in enc.weights_id
+    cfg = {"name": "resnet18", "pretrained": True, "weights_path": str(path)}
+    with pytest.raises(ValueError, match="matches none of torchvision's resnet18.*verify_weights=false"):
+        build_encoder(cfg)
+    own = build_encoder({**cfg, "verify_weights": False})
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert own.weights_id == f"sha256:{digest[:16]}"  # the content identifies the weights
+    # The real table: every ResNet has its published files (ResNet-50: V1 and V2).
+    assert set(encoder_mod.known_weights("resnet50").values()) == {
+        "resnet50-0676ba61.pth", "resnet50-11ad3fa6.pth"}
+    # The matching rule itself: a file whose hash prefix torchvision lists is accepted.
+    monkeypatch.setattr(encoder_mod, "known_weights", lambda name: {digest[:8]: "resnet18-x.pth"})
+    assert build_encoder(cfg).weights_id == own.weights_id

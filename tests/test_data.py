@@ -46,14 +46,15 @@ def test_corrupt_image_is_skipped_counted_and_reported(dataset, tmp_path, caplog
     cfg = {"name": "x", "json_path": str(dataset), "cache_dir": str(tmp_path / "cache")}
     with caplog.at_level(logging.WARNING):
         data = prepare_data(cfg, ENC)
-    assert data.skipped == [str(tmp_path / "imgs" / "5.jpg")]
-    assert "skipped 1 unreadable image" in caplog.text and "5.jpg" in caplog.text
+    assert [path for path, _ in data.skipped] == [str(tmp_path / "imgs" / "5.jpg")]
+    assert data.skipped[0][1].startswith("not a readable image")
+    assert "skipped 1 image" in caplog.text and "5.jpg: not a readable image" in caplog.text
     assert len(data.records) == 5  # 64px -> 2x2 grid; the corrupt image's row is never read
     assert data.raw_features(range(5)).shape == (5, 4, 512) and 5 not in data.rows.tolist()
     # The cache is reused: a second prepare reads the same features.
     again = prepare_data(cfg, ENC)
     assert torch.equal(again.raw_features(range(5)), data.raw_features(range(5)))
-    assert len(list((tmp_path / "cache").glob("features_*.npy"))) == 1
+    assert len(list((tmp_path / "cache").glob("store_*/features.npy"))) == 1
 
 
 def test_collate_pads_and_points_captions_at_images(dataset, tmp_path):

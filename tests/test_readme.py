@@ -15,7 +15,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 ROOT = Path(__file__).resolve().parents[1]
-README = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
+DOCS = [ROOT / "README.md", ROOT / "data" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+README = "\n".join(p.read_text() for p in DOCS)
 SCRIPTS = {"train.py": "train", "scripts/compare.py": "compare", "scripts/evaluate.py": "evaluate",
            "scripts/caption.py": "caption"}
 PLACEHOLDER = re.compile(r"<[^>]*>|\.\.\.")

@@ -50,7 +50,7 @@ def test_results_score_script_and_report_agree(dataset, tmp_path):
     from conftest import TINY, compose_cfg, shrink
 
     tiny = [o for o in TINY if not o.startswith("data.")] + [
-        "data=flickr8k", f"data.json_path={dataset / 'dataset_x.json'}",
+        "data=flickr8k", "encoder.pretrained=false", f"data.json_path={dataset / 'dataset_x.json'}",
         f"data.image_root={dataset}", f"data.cache_dir={tmp_path / 'cache'}", "data.min_word_freq=1",
         "data.batch_size=4", "data.eval_batch_size=16", "trainer.max_epochs=3", "decode.beam_size=1",
     ]

@@ -1,87 +1,101 @@
-"""Frozen-encoder features, computed once and cached on disk keyed by what determines them."""
+"""Frozen-encoder features, extracted once into a feature store (captioning.data.store) keyed
+by everything that determines them; an interrupted extraction resumes where it stopped."""
 
 from __future__ import annotations
 
-import json
 import logging
+import math
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Subset
 
-from ..models.encoder import ResNetEncoder, best_cpu_dtype
+from ..models.encoder import ResNetEncoder, best_cpu_dtype, encoder_dim
 from ..provenance import fingerprint
+from .images import MAX_PIXELS, ImageFiles
+from .store import FeatureStore, LazyFeatures
 
 log = logging.getLogger(__name__)
 
 
-class ImageFiles(Dataset):
-    """Images resized to size x size in [0, 1]; unreadable files yield ok=False, never a crash."""
+def extraction_dtype(device: torch.device) -> torch.dtype:
+    """bf16 autocast on GPUs and AMX CPUs (faster there), fp32 elsewhere."""
+    return best_cpu_dtype() if device.type == "cpu" else torch.bfloat16
 
-    def __init__(self, paths: list[Path], size: int) -> None:
-        self.paths, self.size = paths, size
 
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, i: int):
-        try:
-            with Image.open(self.paths[i]) as im:
-                im = im.convert("RGB").resize((self.size, self.size), Image.BILINEAR)
-                x = torch.from_numpy(np.asarray(im, dtype=np.uint8).copy())
-            return x.permute(2, 0, 1), True
-        except (OSError, UnidentifiedImageError, ValueError):
-            return torch.zeros(3, self.size, self.size, dtype=torch.uint8), False
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """`encoder.device`: auto = the GPU when there is one."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
 
 
 @torch.inference_mode()
 def extract_features(
     encoder: ResNetEncoder,
-    paths: list[Path],
-    size: int,
+    files: ImageFiles | Subset,
     batch_size: int = 64,
     num_workers: int = 1,
     device: str | torch.device = "cpu",
-) -> tuple[np.ndarray, np.ndarray]:
-    """Encoder features (M, N, C) as float16 and a validity mask (M,) for unreadable images."""
+) -> Iterator[tuple[np.ndarray, list[str]]]:
+    """Yield per batch the encoder features (B, N, C) as float16 and per image "" or why it
+    was skipped; nothing but the current batch is held."""
     device = torch.device(device)
     encoder = encoder.eval().to(device).to(memory_format=torch.channels_last)
-    dtype = best_cpu_dtype() if device.type == "cpu" else torch.bfloat16
-    loader = DataLoader(ImageFiles(paths, size), batch_size=batch_size, num_workers=num_workers)
-    feats, valid = [], []
-    for images, ok in loader:
+    dtype = extraction_dtype(device)
+    for images, why in DataLoader(files, batch_size=batch_size, num_workers=num_workers):
         images = images.to(device).float().div_(255)
         with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-            feats.append(encoder(images).to(torch.float16).cpu().numpy())
-        valid.append(ok.numpy())
-    return np.concatenate(feats), np.concatenate(valid)
+            yield encoder(images).to(torch.float16).cpu().numpy(), list(why)
 
 
-def cached_features(
+def stored_features(
     cache_dir: str | Path,
     key_parts: dict,
     paths: list[Path],
     encoder_factory,
-    size: int,
-    batch_size: int = 64,
-    num_workers: int = 1,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Load features from cache_dir/features_<key>.npy or compute and store them."""
-    cache_dir = Path(cache_dir)
-    key = fingerprint({**key_parts, "paths": [str(p) for p in paths], "size": size}, length=16)
-    fpath, vpath = cache_dir / f"features_{key}.npy", cache_dir / f"valid_{key}.npy"
-    if fpath.exists() and vpath.exists():
-        log.info("features: loaded from cache %s", fpath)
-        return np.load(fpath, mmap_mode="r"), np.load(vpath)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    log.info("features: extracting %d images -> %s", len(paths), fpath)
-    feats, valid = extract_features(encoder_factory(), paths, size, batch_size, num_workers)
-    # Write to temporary names first so an interrupted run never leaves a truncated cache.
-    for path, arr in ((fpath, feats), (vpath, valid)):
-        tmp = path.with_suffix(".tmp.npy")
-        np.save(tmp, arr)
-        tmp.replace(path)
-    (cache_dir / f"features_{key}.json").write_text(json.dumps(key_parts, indent=1, default=str))
-    return feats, valid
+    enc_cfg: dict,
+    max_pixels: int = MAX_PIXELS,
+    root: Path | None = None,
+) -> tuple[LazyFeatures, list[str]]:
+    """The dataset's features from its store (extracting the rows that are not done yet).
+    -> (lazily memory-mapped (rows, N, C) float16 features, per row "" or why it was skipped)."""
+    size, batch_size = enc_cfg["image_size"], enc_cfg.get("batch_size", 64)
+    device = resolve_device(enc_cfg.get("device", "auto"))
+    precision = str(extraction_dtype(device)).removeprefix("torch.")
+    spec = {**key_parts, "paths": fingerprint([str(p) for p in paths]), "size": size,
+            "max_pixels": max_pixels, "root": str(root) if root else None, "precision": precision,
+            "batch_size": batch_size}  # batches fix the float summation order: part of the rows
+    cells = math.ceil(size / 32) ** 2  # every ResNet stage rounds up when it halves the grid
+    store = FeatureStore.open_or_create(Path(cache_dir) / f"store_{fingerprint(spec, length=16)}",
+                                        spec, len(paths), cells, encoder_dim(enc_cfg["name"]))
+    if not store.complete:
+        _extract_into(store, encoder_factory(), paths, enc_cfg, max_pixels, root, device)
+    else:
+        log.info("features: loaded from store %s", store.root)
+    return store.features(), store.reasons()
+
+
+def _extract_into(store: FeatureStore, encoder: ResNetEncoder, paths: list[Path], enc_cfg: dict,
+                  max_pixels: int, root: Path | None, device: torch.device) -> None:
+    start, total = store.rows_done, len(paths)
+    if start:
+        log.info("features: resuming %s: %d of %d rows already done", store.root, start, total)
+    else:
+        log.info("features: extracting %d images on %s -> %s", total, device, store.root)
+    files = ImageFiles(paths, enc_cfg["image_size"], max_pixels, root)
+    batches = extract_features(encoder, Subset(files, range(start, total)),
+                               enc_cfg.get("batch_size", 64), enc_cfg.get("num_workers", 1), device)
+    began, last, row = time.perf_counter(), 0.0, start
+    for feats, reasons in batches:
+        store.write(row, feats, reasons)
+        row += len(feats)
+        now = time.perf_counter() - began
+        if now - last >= 10 or row == total:  # progress with rate and ETA, every 10 s
+            rate = (row - start) / max(now, 1e-9)
+            log.info("features: %d/%d rows (%.1f images/s, ETA %.0f s)", row, total, rate,
+                     (total - row) / max(rate, 1e-9))
+            last = now

@@ -29,6 +29,7 @@ class ImageRecord:
     captions: list[list[str]]
     texts: list[str] = field(default_factory=list)
     objects: list[dict] = field(default_factory=list)
+    empty_captions: int = 0  # captions with no word left after tokenisation (dropped)
 
 
 def split_of(image: dict) -> str | None:
@@ -66,12 +67,18 @@ def read_karpathy(json_path: str | Path) -> list[dict]:
         raise ValueError(f"{json_path} is not a Karpathy-split JSON (needs 'images'): {err}") from err
 
 
+def image_root_of(json_path: str | Path, image_root: str | Path | None = None) -> Path:
+    """Where a dataset's images are: `image_root`, else the JSON's folder. No image path may
+    leave it (captioning.data.images.outside_root)."""
+    return Path(image_root) if image_root else Path(json_path).parent
+
+
 def load_karpathy(json_path: str | Path, image_root: str | Path | None = None) -> list[ImageRecord]:
-    """Records of a Karpathy-split JSON. Image paths are image_root/filepath/filename
-    (image_root defaults to the JSON's folder)."""
+    """Records of a Karpathy-split JSON. Image paths are image_root/filepath/filename.
+    Captions with no word after tokenisation are dropped and counted per record."""
     json_path = Path(json_path)
     images = read_karpathy(json_path)
-    root = Path(image_root) if image_root else json_path.parent
+    root = image_root_of(json_path, image_root)
     if not root.is_dir():
         raise FileNotFoundError(f"image directory not found: {root}; set data.image_root")
     records = []
@@ -79,10 +86,13 @@ def load_karpathy(json_path: str | Path, image_root: str | Path | None = None) -
         split = split_of(img)
         if split not in SPLITS:
             raise ValueError(f"{json_path}: images[{i}] has split {img.get('split')!r}")
-        sentences = img["sentences"]
+        sentences = img.get("sentences", [])
+        # A caption with no word (empty, or punctuation only) teaches nothing: dropped, counted.
+        tokens = [sentence_tokens(s) for s in sentences]
+        kept = [(t, sentence_text(s)) for t, s in zip(tokens, sentences) if any(w[0].isalnum() for w in t)]
         records.append(ImageRecord(
             root / img.get("filepath", "") / img["filename"], split, image_id_of(img),
-            [sentence_tokens(s) for s in sentences], [sentence_text(s) for s in sentences],
-            img.get("objects", []),
+            [t for t, _ in kept], [text for _, text in kept], img.get("objects", []),
+            empty_captions=len(sentences) - len(kept),
         ))
     return records

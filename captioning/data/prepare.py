@@ -16,8 +16,10 @@ import torch
 
 from ..models.encoder import build_encoder
 from ..models.normalizer import FeatureNormalizer, fit_normalizer
-from .features import cached_features
-from .karpathy import ImageRecord, load_karpathy
+from .features import stored_features
+from .images import MAX_PIXELS
+from .store import LazyFeatures
+from .karpathy import ImageRecord, image_root_of, load_karpathy
 from .synthetic import SyntheticConfig, generate
 from .vocab import Vocabulary
 
@@ -31,9 +33,10 @@ FIT_ROWS = 100_000
 @dataclass
 class PreparedData:
     records: list[ImageRecord]  # readable images only
-    features: np.ndarray  # (rows, N, C) raw encoder features, float16, as cached (memmap)
+    features: LazyFeatures  # (rows, N, C) raw encoder features, float16, memory-mapped store
     rows: np.ndarray  # (len(records),) each record's row in `features`
-    skipped: list[str]  # unreadable image files, reported, never dropped silently
+    skipped: list[tuple[str, str]]  # (image file, why): reported by name, never dropped silently
+    empty_captions: int = 0  # captions dropped because no token was left
     vocab: Vocabulary | None = None  # built from the training captions (training only)
     normalizer: FeatureNormalizer | None = None  # fitted on training features (training only)
 
@@ -57,9 +60,11 @@ def resolve_json(data_cfg: dict) -> tuple[Path, Path | None]:
 
 
 def load_records_and_features(data_cfg: dict, enc_cfg: dict):
-    """Records and raw features (cached); run once per machine (Lightning's prepare_data)."""
+    """Records, raw features (cached) and per record "" or why it is unusable; run once per
+    machine (Lightning's prepare_data)."""
     json_path, image_root = resolve_json(data_cfg)
     records = load_karpathy(json_path, image_root)
+    _check_files_exist(records, image_root_of(json_path, image_root))
     encoder = build_encoder(enc_cfg)  # cheap to build; its weights id keys the cache
     key = {
         "dataset": str(json_path.resolve()),
@@ -67,24 +72,43 @@ def load_records_and_features(data_cfg: dict, enc_cfg: dict):
         "encoder": enc_cfg["name"],
         "weights": encoder.weights_id,
     }
-    feats, valid = cached_features(
-        data_cfg["cache_dir"], key, [r.path for r in records], lambda: encoder,
-        enc_cfg["image_size"], enc_cfg.get("batch_size", 64), enc_cfg.get("num_workers", 1),
+    feats, reasons = stored_features(
+        data_cfg["cache_dir"], key, [r.path for r in records], lambda: encoder, enc_cfg,
+        data_cfg.get("max_image_pixels", MAX_PIXELS), image_root_of(json_path, image_root),
     )
-    return records, feats, valid
+    reasons = [why or ("" if r.captions else "no caption with a word left after tokenisation")
+               for r, why in zip(records, reasons)]
+    return records, feats, reasons
+
+
+def _check_files_exist(records: list[ImageRecord], root: Path) -> None:
+    """Before any extraction: a dataset none of whose image files exists is a wrong path,
+    said in one sentence now rather than as thousands of skipped files later."""
+    missing = [r.path for r in records if not r.path.is_file()]
+    if records and len(missing) == len(records):
+        raise FileNotFoundError(
+            f"none of the {len(records)} image files of the dataset exists (e.g. {missing[0]}); "
+            f"images are read from {root}/<filepath>/<filename>: set data.image_root to the folder "
+            "that holds them (see data/README.md)")
+    if missing:
+        log.warning("%d of %d image files are missing (e.g. %s); they will be skipped and listed",
+                    len(missing), len(records), missing[0])
 
 
 def load_features(data_cfg: dict, enc_cfg: dict) -> PreparedData:
-    """Records and raw features; unreadable images are left out and reported by name."""
-    records, feats, valid = load_records_and_features(data_cfg, enc_cfg)
-    skipped = [str(r.path) for r, ok in zip(records, valid) if not ok]
+    """Records and raw features; unusable images are left out and reported by name."""
+    records, feats, reasons = load_records_and_features(data_cfg, enc_cfg)
+    skipped = [(str(r.path), why) for r, why in zip(records, reasons) if why]
+    empty = sum(r.empty_captions for r in records)
     if skipped:
-        log.warning(
-            "skipped %d unreadable image(s) (first: %s); they are excluded from every split",
-            len(skipped), ", ".join(skipped[:5]),
-        )
-    keep = np.flatnonzero(valid)
-    return PreparedData([records[i] for i in keep], feats, keep, skipped)
+        shown = "; ".join(f"{p}: {why}" for p, why in skipped[:20])
+        more = (f" (and {len(skipped) - 20} more, all listed in the run's skipped_images.txt)"
+                if len(skipped) > 20 else "")
+        log.warning("skipped %d image(s), excluded from every split: %s%s", len(skipped), shown, more)
+    if empty:
+        log.warning("dropped %d caption(s) with no word after tokenisation (empty or punctuation only)", empty)
+    keep = np.flatnonzero([not why for why in reasons])
+    return PreparedData([records[i] for i in keep], feats, keep, skipped, empty_captions=empty)
 
 
 def prepare_data(data_cfg: dict, enc_cfg: dict) -> PreparedData:

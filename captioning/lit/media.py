@@ -13,7 +13,7 @@ import numpy as np
 import pytorch_lightning as pl
 from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
 
-from ..data.features import ImageFiles
+from ..data.images import ImageFiles
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,8 @@ class ValidationMedia(pl.Callback):
         files = ImageFiles([r.path for r in records], pl_module.cfg["encoder"]["image_size"])
         rows, figures = [], []
         for k, (record, sample) in enumerate(zip(records, self._samples)):
-            pixels, ok = files[k]
+            pixels, why = files[k]
+            ok = not why
             image = pixels.permute(1, 2, 0).numpy() if ok else np.zeros((8, 8, 3), np.uint8)
             words = sample["hyp"]
             rows.append((record.image_id, image, " ".join(words), record.texts))

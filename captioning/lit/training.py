@@ -33,6 +33,10 @@ def train(cfg: DictConfig) -> dict:
     plain.pop("hydra", None)
     out = Path(plain["paths"]["output_dir"])
     out.mkdir(parents=True, exist_ok=True)
+    if not plain["data"].get("synthetic") and not plain["encoder"].get("pretrained"):
+        log.warning("data=%s with encoder.pretrained=false: a randomly initialised ResNet on real "
+                    "photos gives weak features; the real-data presets set encoder.pretrained=true "
+                    "(data/README.md: which weights file to copy where)", plain["data"].get("name"))
     pl.seed_everything(plain["seed"], workers=True)
 
     datamodule = CaptionDataModule(plain["data"], plain["encoder"])
@@ -74,6 +78,8 @@ def train(cfg: DictConfig) -> dict:
         # What `mixed` decided at construction (equals the name for every other mode).
         attention_resolved=resolved_attention(plain),
         skipped_images=len(datamodule.data.skipped),
+        skipped_image_files=[f"{path}: {why}" for path, why in datamodule.data.skipped],
+        empty_captions=datamodule.data.empty_captions,
         # Step timing: the first step carries torch.compile's cost (model.compile=true).
         first_step_s=round(throughput.step_seconds[0], 3) if throughput.step_seconds else None,
         median_step_s=(round(statistics.median(throughput.step_seconds), 4)
@@ -84,6 +90,9 @@ def train(cfg: DictConfig) -> dict:
     if trainer.is_global_zero:
         (out / "results.json").write_text(json.dumps(results, indent=2))
         (out / "predictions.json").write_text(json.dumps(module.test_predictions, indent=1))
+        if datamodule.data.skipped:  # one line per skipped file: path <TAB> why
+            (out / "skipped_images.txt").write_text(
+                "".join(f"{path}\t{why}\n" for path, why in datamodule.data.skipped))
         log.info("results: %s", out / "results.json")
         for logger in loggers:
             if isinstance(logger, WandbLogger):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,24 +41,49 @@ def encoder_dim(name: str) -> int:
     return ENCODERS[name].dim
 
 
-def _load_pretrained(name: str, weights_path: str | None) -> tuple[dict, str]:
-    """ImageNet weights from `weights_path` or the local torch hub cache; never downloads."""
-    weights = ENCODERS[name].weights.DEFAULT
-    candidates = []
-    if weights_path:
-        candidates.append(Path(weights_path).expanduser())
-    cached = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(weights.url)
-    candidates.append(cached)
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def known_weights(name: str) -> dict[str, str]:
+    """{sha256 prefix: file name} of every ImageNet file torchvision publishes for `name` (the
+    prefix is in the file name, as torch.hub checks it)."""
+    out = {}
+    for member in ENCODERS[name].weights:
+        file = os.path.basename(member.url)
+        if match := torch.hub.HASH_REGEX.search(file):
+            out[match.group(1)] = file
+    return out
+
+
+def _load_pretrained(name: str, weights_path: str | None, verify: bool = True) -> tuple[dict, str]:
+    """ImageNet weights from `weights_path` or the local torch hub cache (never downloads),
+    checked against torchvision's published hashes -> (state dict, weights id = content hash)."""
+    default = os.path.basename(ENCODERS[name].weights.DEFAULT.url)
+    known = known_weights(name)
+    hub = Path(torch.hub.get_dir()) / "checkpoints"
+    candidates = [Path(weights_path).expanduser()] if weights_path else []
+    candidates += [hub / file for file in dict.fromkeys([default, *known.values()])]
     for path in candidates:
         if path.is_file():
-            stat = path.stat()  # the cache key: which file, and which version of it
-            return torch.load(path, map_location="cpu", weights_only=True), (
-                f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
-            )
+            digest = _sha256(path)
+            if verify and not any(digest.startswith(prefix) for prefix in known):
+                raise ValueError(
+                    f"{path}: its sha256 ({digest[:8]}...) matches none of torchvision's {name} "
+                    f"ImageNet files ({', '.join(known.values())}): a wrong or damaged copy. Copy "
+                    f"{default} again, or, if these are your own weights on purpose, set "
+                    "encoder.verify_weights=false."
+                )
+            # The content, not the path, identifies the weights: moving the file keeps the cache.
+            return torch.load(path, map_location="cpu", weights_only=True), f"sha256:{digest[:16]}"
     raise FileNotFoundError(
         f"encoder.pretrained=true but no ImageNet weights for {name} were found (looked in: "
-        f"{', '.join(str(p) for p in candidates)}). Downloads are disabled: copy "
-        f"{os.path.basename(weights.url)} (from {weights.url}) into {cached.parent}, or set "
+        f"{', '.join(str(p) for p in candidates)}). Downloads are disabled: copy {default} (from "
+        f"{ENCODERS[name].weights.DEFAULT.url}) into {hub}, or set "
         f"encoder.weights_path=/path/to/file.pth, or use encoder.pretrained=false."
     )
 
@@ -71,6 +97,7 @@ class ResNetEncoder(nn.Module):
         pretrained: bool = False,
         weights_path: str | None = None,
         init_seed: int = 0,
+        verify_weights: bool = True,
     ) -> None:
         super().__init__()
         spec = ENCODERS[name]
@@ -82,7 +109,7 @@ class ResNetEncoder(nn.Module):
             net = builder(weights=None)
         self.weights_id = f"random-seed{init_seed}-torch{torch.__version__}"
         if pretrained:
-            state, self.weights_id = _load_pretrained(name, weights_path)
+            state, self.weights_id = _load_pretrained(name, weights_path, verify_weights)
             net.load_state_dict(state)
         # Drop avgpool and fc: attention needs the spatial grid.
         self.trunk = nn.Sequential(*list(net.children())[:-2])
@@ -100,7 +127,7 @@ def build_encoder(enc_cfg: dict) -> ResNetEncoder:
     """The frozen feature extractor described by the `encoder` config group."""
     return ResNetEncoder(
         enc_cfg["name"], enc_cfg.get("pretrained", False), enc_cfg.get("weights_path"),
-        enc_cfg.get("init_seed", 0),
+        enc_cfg.get("init_seed", 0), enc_cfg.get("verify_weights", True),
     )
 
 

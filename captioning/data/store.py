@@ -1,0 +1,148 @@
+"""The feature store: raw encoder features of a dataset on disk, written as they are extracted
+and read row by row, so neither extraction nor training ever holds the dataset in RAM.
+
+Layout (one directory per store, named by a fingerprint of everything that determines it):
+    features.npy   (rows, N, C) float16, preallocated with np.lib.format.open_memmap
+    manifest.json  what the rows are (encoder, weights, image size, grid, width, dtype,
+                   extraction precision, format version) and how many are complete
+    skipped.json   {row: why} for images that could not be used
+
+Why one preallocated .npy and not shards: a row's place is fixed before extraction starts, so
+a batch is written where it belongs, a reader needs one memory map and no index, and a resumed
+build continues at the first row the manifest does not count as done. The manifest is replaced
+atomically (temporary file, fsync, rename) only after the rows it counts are flushed to disk, so
+a kill -9 at any moment leaves a store whose manifest counts only finished rows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+
+
+def _write_json_atomic(path: Path, obj) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+
+
+class LazyFeatures:
+    """Read-only view of a store's features.npy, memory-mapped on first use in each process.
+    Pickling sends the path, never a handle or the data, so DataLoader workers (fork or spawn)
+    each open their own map."""
+
+    def __init__(self, path: Path, shape: tuple[int, ...]) -> None:
+        self.path, self.shape = Path(path), tuple(shape)
+        self._array: np.ndarray | None = None
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path, "shape": self.shape, "_array": None}
+
+    @property
+    def array(self) -> np.ndarray:
+        if self._array is None:
+            self._array = np.load(self.path, mmap_mode="r")
+        return self._array
+
+    def __getitem__(self, index):
+        return self.array[index]
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+
+class FeatureStore:
+    """A store directory: `open_or_create` it, `write` batches in row order, `finish`."""
+
+    def __init__(self, root: Path, manifest: dict) -> None:
+        self.root, self.manifest = Path(root), manifest
+        self.features_path = self.root / "features.npy"
+        self._map: np.memmap | None = None
+        self._skipped: dict[int, str] = {}
+
+    @property
+    def rows_done(self) -> int:
+        return self.manifest["rows_done"]
+
+    @property
+    def complete(self) -> bool:
+        return self.rows_done == self.manifest["rows"]
+
+    @classmethod
+    def open_or_create(cls, root: Path, spec: dict, rows: int, cells: int, dim: int) -> FeatureStore:
+        """An existing store that matches `spec` (resumed where it stopped), else a new one.
+        `spec` = everything that determines the features (encoder, weights, size, paths ...)."""
+        root = Path(root)
+        expected = {"format_version": FORMAT_VERSION, "spec": spec, "rows": rows,
+                    "shape": [rows, cells, dim], "dtype": "float16"}
+        manifest_path = root / "manifest.json"
+        if manifest_path.exists():
+            try:
+                manifest = json.loads(manifest_path.read_text())
+                problem = cls._check(root, manifest, expected)
+            except (OSError, ValueError) as err:
+                manifest, problem = None, f"unreadable manifest ({err})"
+            if problem is None:
+                store = cls(root, manifest)
+                store._skipped = {int(k): v for k, v in
+                                  json.loads((root / "skipped.json").read_text()).items()}
+                return store
+            log.warning("feature store %s does not match (%s): rebuilding it", root, problem)
+            for name in ("manifest.json", "features.npy", "skipped.json"):
+                (root / name).unlink(missing_ok=True)
+        root.mkdir(parents=True, exist_ok=True)
+        np.lib.format.open_memmap(root / "features.npy", mode="w+", dtype=np.float16,
+                                  shape=(rows, cells, dim)).flush()
+        store = cls(root, {**expected, "rows_done": 0})
+        _write_json_atomic(root / "skipped.json", {})
+        _write_json_atomic(manifest_path, store.manifest)
+        return store
+
+    @staticmethod
+    def _check(root: Path, manifest: dict, expected: dict) -> str | None:
+        """Why an existing store cannot be used as it is, or None."""
+        for key, value in expected.items():
+            if manifest.get(key) != value:
+                return f"{key} differs"
+        if not (root / "skipped.json").exists():
+            return "skipped.json is missing"
+        rows, cells, dim = expected["shape"]
+        try:
+            array = np.load(root / "features.npy", mmap_mode="r")
+        except (OSError, ValueError) as err:  # a truncated or damaged file fails here
+            return f"features.npy cannot be read ({err})"
+        if array.shape != (rows, cells, dim) or array.dtype != np.float16:
+            return f"features.npy is {array.shape} {array.dtype}"
+        return None
+
+    def write(self, start: int, features: np.ndarray, reasons: list[str]) -> None:
+        """Rows start.. of a batch (B, N, C) and their skip reasons ("" = fine); made durable
+        before the manifest counts them."""
+        if start != self.rows_done:
+            raise ValueError(f"rows must be written in order: expected {self.rows_done}, got {start}")
+        if self._map is None:
+            self._map = np.load(self.features_path, mmap_mode="r+")
+        self._map[start : start + len(features)] = features
+        self._map.flush()  # the rows reach the file before the manifest says they exist
+        self._skipped.update({start + i: why for i, why in enumerate(reasons) if why})
+        _write_json_atomic(self.root / "skipped.json", self._skipped)
+        self.manifest["rows_done"] = start + len(features)
+        _write_json_atomic(self.root / "manifest.json", self.manifest)
+
+    def reasons(self) -> list[str]:
+        """Per row "" or why the image was skipped (complete stores only)."""
+        return [self._skipped.get(i, "") for i in range(self.manifest["rows"])]
+
+    def features(self) -> LazyFeatures:
+        return LazyFeatures(self.features_path, self.manifest["shape"])
