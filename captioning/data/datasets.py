@@ -3,6 +3,7 @@ their references for evaluation; one collate that pads captions."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset
 
@@ -13,22 +14,29 @@ class ImageCaptions(Dataset):
     """Each image of a split with all its reference captions, encoded <bos> ... <eos>.
 
     One item per image (not per pair): the decoder prepares an image's keys once and
-    reuses them for all of its captions. An epoch still sees every pair once.
+    reuses them for all of its captions. An epoch still sees every pair once. The encoded
+    captions live in one flat int32 array (with offsets), not as one tensor per caption: a few
+    bytes per token instead of hundreds per object, and nothing for the garbage collector of a
+    DataLoader worker to touch (which would copy the pages it inherited).
     """
 
     def __init__(self, data: PreparedData, split: str, max_len: int = 30) -> None:
         self.data = data
-        self.items = [
-            (i, [torch.tensor(data.vocab.encode(c[:max_len])) for c in data.records[i].captions])
-            for i in data.split_indices(split)
-        ]
+        self.images = np.asarray(data.split_indices(split), dtype=np.int64)  # (I,) record indices
+        encoded = [data.vocab.encode(c[:max_len]) for i in self.images for c in data.records[i].captions]
+        per_image = [len(data.records[i].captions) for i in self.images]
+        self.tokens = np.fromiter((t for e in encoded for t in e), dtype=np.int32)  # all tokens
+        self.caption_start = np.cumsum([0] + [len(e) for e in encoded])  # (captions + 1,)
+        self.image_start = np.cumsum([0] + per_image)  # (I + 1,) first caption of each image
 
     def __len__(self) -> int:
-        return len(self.items)
+        return len(self.images)
 
     def __getitem__(self, k: int) -> dict:
-        i, captions = self.items[k]
-        return {"index": i, "tokens": captions}
+        first, last = self.image_start[k], self.image_start[k + 1]
+        bounds = self.caption_start[first : last + 1]
+        captions = [torch.from_numpy(self.tokens[a:b].astype(np.int64)) for a, b in zip(bounds[:-1], bounds[1:])]
+        return {"index": int(self.images[k]), "tokens": captions}
 
 
 class EvalImages(Dataset):

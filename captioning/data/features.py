@@ -52,6 +52,21 @@ def extract_features(
             yield encoder(images).to(torch.float16).cpu().numpy(), list(why)
 
 
+def open_store(cache_dir: str | Path, key_parts: dict, paths: list[Path], enc_cfg: dict,
+               max_pixels: int = MAX_PIXELS, root: Path | None = None) -> FeatureStore:
+    """The dataset's store (created empty, or as far as an earlier run got), keyed by
+    everything that determines its rows."""
+    device = resolve_device(enc_cfg.get("device", "auto"))
+    spec = {**key_parts, "paths": fingerprint([str(p) for p in paths]), "size": enc_cfg["image_size"],
+            "max_pixels": max_pixels, "root": str(root) if root else None,
+            "precision": str(extraction_dtype(device)).removeprefix("torch."),
+            # the batch fixes the float summation order: part of what the rows are
+            "batch_size": enc_cfg.get("batch_size", 64)}
+    cells = math.ceil(enc_cfg["image_size"] / 32) ** 2  # every ResNet stage rounds up when halving
+    return FeatureStore.open_or_create(Path(cache_dir) / f"store_{fingerprint(spec, length=16)}",
+                                       spec, len(paths), cells, encoder_dim(enc_cfg["name"]))
+
+
 def stored_features(
     cache_dir: str | Path,
     key_parts: dict,
@@ -63,16 +78,9 @@ def stored_features(
 ) -> tuple[LazyFeatures, list[str]]:
     """The dataset's features from its store (extracting the rows that are not done yet).
     -> (lazily memory-mapped (rows, N, C) float16 features, per row "" or why it was skipped)."""
-    size, batch_size = enc_cfg["image_size"], enc_cfg.get("batch_size", 64)
-    device = resolve_device(enc_cfg.get("device", "auto"))
-    precision = str(extraction_dtype(device)).removeprefix("torch.")
-    spec = {**key_parts, "paths": fingerprint([str(p) for p in paths]), "size": size,
-            "max_pixels": max_pixels, "root": str(root) if root else None, "precision": precision,
-            "batch_size": batch_size}  # batches fix the float summation order: part of the rows
-    cells = math.ceil(size / 32) ** 2  # every ResNet stage rounds up when it halves the grid
-    store = FeatureStore.open_or_create(Path(cache_dir) / f"store_{fingerprint(spec, length=16)}",
-                                        spec, len(paths), cells, encoder_dim(enc_cfg["name"]))
+    store = open_store(cache_dir, key_parts, paths, enc_cfg, max_pixels, root)
     if not store.complete:
+        device = resolve_device(enc_cfg.get("device", "auto"))
         _extract_into(store, encoder_factory(), paths, enc_cfg, max_pixels, root, device)
     else:
         log.info("features: loaded from store %s", store.root)

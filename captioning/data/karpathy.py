@@ -10,6 +10,7 @@ back exactly the tokens it was written from.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from .vocab import tokenize
 SPLITS = ("train", "val", "test")
 
 
-@dataclass
+@dataclass(slots=True)
 class ImageRecord:
     """One image: its file, split, id for COCO results, references (tokenised, and as written
     for coco-caption's own tokenizer), ground truth objects (built-in data)."""
@@ -43,9 +44,10 @@ def image_id_of(image: dict) -> int | str:
 
 
 def sentence_tokens(sentence: dict) -> list[str]:
-    """Reference tokens of a Karpathy `sentences[]` entry (see the module docstring)."""
+    """Reference tokens of a Karpathy `sentences[]` entry (see the module docstring). Interned:
+    a dataset repeats a few thousand words millions of times, one string object each."""
     tokens = sentence.get("tokens")
-    return tokenize(" ".join(tokens) if tokens else sentence.get("raw", ""))
+    return [sys.intern(w) for w in tokenize(" ".join(tokens) if tokens else sentence.get("raw", ""))]
 
 
 def sentence_text(sentence: dict) -> str:

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..models.encoder import build_encoder
+from ..models.encoder import ResNetEncoder, build_encoder
 from ..models.normalizer import FeatureNormalizer, fit_normalizer
-from .features import stored_features
+from .features import open_store, stored_features
 from .images import MAX_PIXELS
-from .store import LazyFeatures
+from .store import FeatureStore, LazyFeatures
 from .karpathy import ImageRecord, image_root_of, load_karpathy
 from .synthetic import SyntheticConfig, generate
 from .vocab import Vocabulary
@@ -59,23 +59,35 @@ def resolve_json(data_cfg: dict) -> tuple[Path, Path | None]:
     return Path(data_cfg["json_path"]), Path(root) if root else None
 
 
-def load_records_and_features(data_cfg: dict, enc_cfg: dict):
-    """Records, raw features (cached) and per record "" or why it is unusable; run once per
-    machine (Lightning's prepare_data)."""
+def _dataset(data_cfg: dict, enc_cfg: dict) -> tuple[list[ImageRecord], ResNetEncoder, dict]:
+    """Records, the (not yet run) encoder, and the arguments that locate the dataset's store."""
     json_path, image_root = resolve_json(data_cfg)
     records = load_karpathy(json_path, image_root)
-    _check_files_exist(records, image_root_of(json_path, image_root))
-    encoder = build_encoder(enc_cfg)  # cheap to build; its weights id keys the cache
+    root = image_root_of(json_path, image_root)
+    _check_files_exist(records, root)
+    encoder = build_encoder(enc_cfg)  # cheap to build; its weights id keys the store
     key = {
         "dataset": str(json_path.resolve()),
         "dataset_mtime": json_path.stat().st_mtime_ns,
         "encoder": enc_cfg["name"],
         "weights": encoder.weights_id,
     }
-    feats, reasons = stored_features(
-        data_cfg["cache_dir"], key, [r.path for r in records], lambda: encoder, enc_cfg,
-        data_cfg.get("max_image_pixels", MAX_PIXELS), image_root_of(json_path, image_root),
-    )
+    where = {"cache_dir": data_cfg["cache_dir"], "key_parts": key, "paths": [r.path for r in records],
+             "enc_cfg": enc_cfg, "max_pixels": data_cfg.get("max_image_pixels", MAX_PIXELS), "root": root}
+    return records, encoder, where
+
+
+def dataset_store(data_cfg: dict, enc_cfg: dict) -> FeatureStore:
+    """The dataset's feature store, opened (or created empty) without extracting anything:
+    for tools that fill or inspect it (scripts/measure_store.py)."""
+    return open_store(**_dataset(data_cfg, enc_cfg)[2])
+
+
+def load_records_and_features(data_cfg: dict, enc_cfg: dict):
+    """Records, raw features (from the store, extracting what is missing) and per record ""
+    or why it is unusable; run once per machine (Lightning's prepare_data)."""
+    records, encoder, where = _dataset(data_cfg, enc_cfg)
+    feats, reasons = stored_features(encoder_factory=lambda: encoder, **where)
     reasons = [why or ("" if r.captions else "no caption with a word left after tokenisation")
                for r, why in zip(records, reasons)]
     return records, feats, reasons

@@ -46,9 +46,9 @@ def fit_normalizer(
     """
     if method not in NORMALIZE_METHODS:
         raise ValueError(f"encoder.normalize must be one of {', '.join(NORMALIZE_METHODS)}, got '{method}'")
-    x = features.double()
+    x = features.to(torch.float64, copy=True)  # our own copy: centred in place (no second copy)
     mean = x.mean(0)
-    x = x - mean
+    x.sub_(mean)
     if method == "standard":
         if dim is not None and dim != x.shape[1]:
             raise ValueError("encoder.normalize=standard keeps the width; use pca_whiten for encoder.pca_dim")
