@@ -160,6 +160,32 @@ def test_a_flickr_style_folder_trains_and_reports_exactly_the_broken_files(tmp_p
     preds = {p["image_id"] for p in json.loads((out / "predictions.json").read_text())}
     odd_names = {p.name for p in odd.values()}
     assert {e["imgid"] for e in entries if e["filename"] in odd_names} <= preds  # none dropped
+    # The same folder as COCO annotations (+ the Karpathy JSON for splits) and as CSV: the same
+    # records (paths, splits, captions, dropped counts), broken and escaping entries included.
+    import csv
+
+    from captioning.data.formats import load_records
+
+    def view(records):
+        return [(os.path.normpath(r.path), r.split, r.captions, r.texts, r.empty_captions) for r in records]
+
+    coco = {"images": [{"id": e["imgid"], "file_name": os.path.join(e["filepath"], e["filename"])}
+                       for e in entries],
+            "annotations": [{"image_id": e["imgid"], "caption": s["raw"]} for e in entries
+                            for s in e["sentences"]]}
+    (root / "coco.json").write_text(json.dumps(coco))
+    karpathy = load_records(root / "dataset.json", root)
+    assert view(load_records(root / "coco.json", root, "coco", split_file=str(root / "dataset.json"))) \
+        == view(karpathy)
+    with open(root / "captions.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["image", "caption", "split"])
+        w.writerows([os.path.join(e["filepath"], e["filename"]), s["raw"], e["split"]]
+                    for e in entries for s in e["sentences"])
+    by_csv = {os.path.normpath(r.path): r for r in load_records(root / "captions.csv", root, "csv")}
+    # CSV keys images by file: an image listed twice in the JSON is one CSV image (none is here).
+    assert [view([by_csv[os.path.normpath(r.path)]])[0] for r in karpathy] == view(karpathy)
+
     from captioning import load_checkpoint
 
     _, vocab, _ = load_checkpoint(out / "checkpoints" / "last.ckpt")

@@ -12,8 +12,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ..benchmark import BenchConfig, run_benchmark
-from ..data.karpathy import load_karpathy
-from ..data.prepare import resolve_json
+from ..data.prepare import load_dataset_records
 from .grid import GridRunner, expand_grid
 from .report import build_markdown, build_report, save_plots
 
@@ -50,8 +49,8 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
         dirs = {c: d for c in cells if ((d := runner.config(runner.resolve(c))[1]) / "results.json").exists()}
     train_s = time.time() - start
     reruns = runner.verify(dirs, spec.get("verify", 0), spec.get("train", True))
-    json_path, image_root = resolve_json(OmegaConf.to_container(cfg.data, resolve=True))
-    refs = {r.image_id: r.captions for r in load_karpathy(json_path, image_root) if r.split == "test"}
+    records, _, _ = load_dataset_records(OmegaConf.to_container(cfg.data, resolve=True))
+    refs = {r.image_id: r.captions for r in records if r.split == "test"}
     tp = throughput(spec) if spec.get("benchmark", True) else {}
     report = build_report(dirs, refs, spec, tp, reruns, spec.get("bootstrap_samples", 1000))
     report["grid_wall_s"] = train_s

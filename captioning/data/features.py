@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Subset
+from tqdm import tqdm
 
 from ..models.encoder import ResNetEncoder, best_cpu_dtype, encoder_dim
 from ..provenance import fingerprint
@@ -97,13 +98,13 @@ def _extract_into(store: FeatureStore, encoder: ResNetEncoder, paths: list[Path]
     files = ImageFiles(paths, enc_cfg["image_size"], max_pixels, root)
     batches = extract_features(encoder, Subset(files, range(start, total)),
                                enc_cfg.get("batch_size", 64), enc_cfg.get("num_workers", 1), device)
-    began, last, row = time.perf_counter(), 0.0, start
-    for feats, reasons in batches:
-        store.write(row, feats, reasons)
-        row += len(feats)
-        now = time.perf_counter() - began
-        if now - last >= 10 or row == total:  # progress with rate and ETA, every 10 s
-            rate = (row - start) / max(now, 1e-9)
-            log.info("features: %d/%d rows (%.1f images/s, ETA %.0f s)", row, total, rate,
-                     (total - row) / max(rate, 1e-9))
-            last = now
+    # A progress bar with rate and ETA, like Lightning's; plus one log line at the end.
+    began = time.perf_counter()
+    with tqdm(total=total, initial=start, unit="img", desc="features", dynamic_ncols=True) as bar:
+        row = start
+        for feats, reasons in batches:
+            store.write(row, feats, reasons)
+            row += len(feats)
+            bar.update(len(feats))
+    log.info("features: %d rows in %.0f s (%.1f images/s)", total - start, time.perf_counter() - began,
+             (total - start) / max(time.perf_counter() - began, 1e-9))

@@ -75,26 +75,34 @@ def image_root_of(json_path: str | Path, image_root: str | Path | None = None) -
     return Path(image_root) if image_root else Path(json_path).parent
 
 
+def check_image_root(root: Path) -> Path:
+    if not root.is_dir():
+        raise FileNotFoundError(f"image directory not found: {root}; set data.image_root")
+    return root
+
+
+def make_record(path: Path, split: str, image_id: int | str, sentences: list[dict],
+                objects: list[dict] | None = None) -> ImageRecord:
+    """An ImageRecord from Karpathy-style sentences ({"tokens"} and/or {"raw"}); every format's
+    reader builds its records here, so the caption rules are the same for all."""
+    tokens = [sentence_tokens(s) for s in sentences]
+    # A caption with no word (empty, or punctuation only) teaches nothing: dropped, counted.
+    kept = [(t, sentence_text(s)) for t, s in zip(tokens, sentences) if any(w[0].isalnum() for w in t)]
+    return ImageRecord(path, split, image_id, [t for t, _ in kept], [text for _, text in kept],
+                       list(objects or []), empty_captions=len(sentences) - len(kept))
+
+
 def load_karpathy(json_path: str | Path, image_root: str | Path | None = None) -> list[ImageRecord]:
     """Records of a Karpathy-split JSON. Image paths are image_root/filepath/filename.
     Captions with no word after tokenisation are dropped and counted per record."""
     json_path = Path(json_path)
     images = read_karpathy(json_path)
-    root = image_root_of(json_path, image_root)
-    if not root.is_dir():
-        raise FileNotFoundError(f"image directory not found: {root}; set data.image_root")
+    root = check_image_root(image_root_of(json_path, image_root))
     records = []
     for i, img in enumerate(images):
         split = split_of(img)
         if split not in SPLITS:
             raise ValueError(f"{json_path}: images[{i}] has split {img.get('split')!r}")
-        sentences = img.get("sentences", [])
-        # A caption with no word (empty, or punctuation only) teaches nothing: dropped, counted.
-        tokens = [sentence_tokens(s) for s in sentences]
-        kept = [(t, sentence_text(s)) for t, s in zip(tokens, sentences) if any(w[0].isalnum() for w in t)]
-        records.append(ImageRecord(
-            root / img.get("filepath", "") / img["filename"], split, image_id_of(img),
-            [t for t, _ in kept], [text for _, text in kept], img.get("objects", []),
-            empty_captions=len(sentences) - len(kept),
-        ))
+        records.append(make_record(root / img.get("filepath", "") / img["filename"], split,
+                                   image_id_of(img), img.get("sentences", []), img.get("objects", [])))
     return records

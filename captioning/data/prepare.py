@@ -16,10 +16,12 @@ import torch
 
 from ..models.encoder import ResNetEncoder, build_encoder
 from ..models.normalizer import FeatureNormalizer, fit_normalizer
+from .checks import check_files
 from .features import open_store, stored_features
 from .images import MAX_PIXELS
 from .store import FeatureStore, LazyFeatures
-from .karpathy import ImageRecord, image_root_of, load_karpathy
+from .formats import load_records
+from .karpathy import ImageRecord, image_root_of
 from .synthetic import SyntheticConfig, generate
 from .vocab import Vocabulary
 
@@ -59,52 +61,61 @@ def resolve_json(data_cfg: dict) -> tuple[Path, Path | None]:
     return Path(data_cfg["json_path"]), Path(root) if root else None
 
 
-def _dataset(data_cfg: dict, enc_cfg: dict) -> tuple[list[ImageRecord], ResNetEncoder, dict]:
-    """Records, the (not yet run) encoder, and the arguments that locate the dataset's store."""
-    json_path, image_root = resolve_json(data_cfg)
-    records = load_karpathy(json_path, image_root)
-    root = image_root_of(json_path, image_root)
-    _check_files_exist(records, root)
-    encoder = build_encoder(enc_cfg)  # cheap to build; its weights id keys the store
+def load_dataset_records(data_cfg: dict) -> tuple[list[ImageRecord], Path, Path]:
+    """The dataset's records in its `data.format`, its file and its image root."""
+    path, image_root = resolve_json(data_cfg)
+    records = load_records(path, image_root, data_cfg.get("format", "karpathy"),
+                           data_cfg.get("split_file"), data_cfg.get("split"))
+    return records, path, image_root_of(path, image_root)
+
+
+@dataclass
+class Located:
+    """A dataset found and checked (fast checks only), its store not yet read."""
+
+    records: list[ImageRecord]
+    encoder: ResNetEncoder  # built, not run; its weights id keys the store
+    store_args: dict  # open_store's arguments
+    file_problems: dict[str, list[str]]  # captioning.data.checks.file_problems
+
+
+def locate_dataset(data_cfg: dict, enc_cfg: dict) -> Located:
+    """Read the dataset file and run the checks that need no decoding (a dataset none of whose
+    images exists fails here, before any extraction)."""
+    records, json_path, root = load_dataset_records(data_cfg)
+    problems = check_files(records, root)
+    encoder = build_encoder(enc_cfg)
     key = {
         "dataset": str(json_path.resolve()),
         "dataset_mtime": json_path.stat().st_mtime_ns,
+        "format": data_cfg.get("format", "karpathy"),
         "encoder": enc_cfg["name"],
         "weights": encoder.weights_id,
     }
-    where = {"cache_dir": data_cfg["cache_dir"], "key_parts": key, "paths": [r.path for r in records],
-             "enc_cfg": enc_cfg, "max_pixels": data_cfg.get("max_image_pixels", MAX_PIXELS), "root": root}
-    return records, encoder, where
+    args = {"cache_dir": data_cfg["cache_dir"], "key_parts": key, "paths": [r.path for r in records],
+            "enc_cfg": enc_cfg, "max_pixels": data_cfg.get("max_image_pixels", MAX_PIXELS), "root": root}
+    return Located(records, encoder, args, problems)
 
 
 def dataset_store(data_cfg: dict, enc_cfg: dict) -> FeatureStore:
     """The dataset's feature store, opened (or created empty) without extracting anything:
     for tools that fill or inspect it (scripts/measure_store.py)."""
-    return open_store(**_dataset(data_cfg, enc_cfg)[2])
+    return open_store(**locate_dataset(data_cfg, enc_cfg).store_args)
+
+
+def read_features(located: Located) -> tuple[LazyFeatures, list[str]]:
+    """Raw features from the store (extracting what is missing) and per record "" or why it is
+    unusable."""
+    feats, reasons = stored_features(encoder_factory=lambda: located.encoder, **located.store_args)
+    return feats, [why or ("" if r.captions else "no caption with a word left after tokenisation")
+                   for r, why in zip(located.records, reasons)]
 
 
 def load_records_and_features(data_cfg: dict, enc_cfg: dict):
-    """Records, raw features (from the store, extracting what is missing) and per record ""
-    or why it is unusable; run once per machine (Lightning's prepare_data)."""
-    records, encoder, where = _dataset(data_cfg, enc_cfg)
-    feats, reasons = stored_features(encoder_factory=lambda: encoder, **where)
-    reasons = [why or ("" if r.captions else "no caption with a word left after tokenisation")
-               for r, why in zip(records, reasons)]
-    return records, feats, reasons
-
-
-def _check_files_exist(records: list[ImageRecord], root: Path) -> None:
-    """Before any extraction: a dataset none of whose image files exists is a wrong path,
-    said in one sentence now rather than as thousands of skipped files later."""
-    missing = [r.path for r in records if not r.path.is_file()]
-    if records and len(missing) == len(records):
-        raise FileNotFoundError(
-            f"none of the {len(records)} image files of the dataset exists (e.g. {missing[0]}); "
-            f"images are read from {root}/<filepath>/<filename>: set data.image_root to the folder "
-            "that holds them (see data/README.md)")
-    if missing:
-        log.warning("%d of %d image files are missing (e.g. %s); they will be skipped and listed",
-                    len(missing), len(records), missing[0])
+    """Records, raw features and reasons (locate_dataset, then read_features); run once per
+    machine (Lightning's prepare_data)."""
+    located = locate_dataset(data_cfg, enc_cfg)
+    return (located.records, *read_features(located))
 
 
 def load_features(data_cfg: dict, enc_cfg: dict) -> PreparedData:

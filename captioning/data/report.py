@@ -1,0 +1,73 @@
+"""The data report of `scripts/prepare_data.py`: everything about a dataset a user should know
+before training on it, and its feature store built (or resumed) on the way."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+
+from ..models.encoder import encoder_dim
+from .prepare import locate_dataset, read_features
+from .vocab import Vocabulary
+
+# Training RAM, measured with scripts/measure_store.py (docs/benchmarks.md, AMX CPU, LSTM,
+# 2 DataLoader workers): 4,019 MB at 5,000 images, 4,605 MB at 40,000: a fixed part (torch,
+# the model, the normaliser fit on <= 100k rows) and a few KB per image (records, captions).
+RAM_BASE_MB, RAM_PER_IMAGE_KB = 3935, 16.7
+
+
+def data_report(data_cfg: dict, enc_cfg: dict) -> dict:
+    """Fast checks, caption statistics and the vocabulary first; then the store is built
+    (slow: every image is decoded once) and the skipped files are counted by reason."""
+    located = locate_dataset(data_cfg, enc_cfg)
+    records, problems = located.records, located.file_problems
+    splits = Counter(r.split for r in records)
+    per_image = np.array([len(r.captions) for r in records])
+    lengths = np.array([len(c) for r in records for c in r.captions])
+    train = [c for r in records if r.split == "train" for c in r.captions]
+    min_freq = data_cfg.get("min_word_freq", 1)
+    cells = math.ceil(enc_cfg["image_size"] / 32) ** 2
+    report = {
+        "images": len(records), "images_per_split": dict(splits),
+        "captions": int(per_image.sum()),
+        "captions_per_image": {"min": int(per_image.min(initial=0)), "mean": round(float(per_image.mean()), 2)
+                               if len(per_image) else 0.0, "max": int(per_image.max(initial=0))},
+        "captions_dropped_no_word": sum(r.empty_captions for r in records),
+        "caption_tokens_percentiles": {str(q): float(np.percentile(lengths, q)) if len(lengths) else 0.0
+                                       for q in (5, 50, 95, 100)},
+        "vocabulary": {"min_word_freq": min_freq, "size": len(Vocabulary.build(train, min_freq))},
+        "files": {k: len(v) for k, v in problems.items()},
+        "file_examples": {k: v[:5] for k, v in problems.items() if v},
+        "store": {"grid": f"{math.isqrt(cells)}x{math.isqrt(cells)}", "rows": len(records),
+                  "size_gb": round(len(records) * cells * encoder_dim(enc_cfg["name"]) * 2 / 1e9, 2)},
+        "estimated_training_ram_gb": round((RAM_BASE_MB + RAM_PER_IMAGE_KB * len(records) / 1024) / 1024, 1),
+    }
+    features, reasons = read_features(located)
+    skipped = [(str(r.path), why) for r, why in zip(records, reasons) if why]
+    report["store"]["path"] = str(features.path)
+    report["skipped"] = dict(Counter(why.split(" (")[0].split(":")[0] for _, why in skipped))
+    report["skipped_files"] = [f"{path}: {why}" for path, why in skipped]
+    report["usable_images"] = len(records) - len(skipped)
+    return report
+
+
+def summary(report: dict) -> str:
+    """The report as a few readable lines."""
+    cpi, pct = report["captions_per_image"], report["caption_tokens_percentiles"]
+    lines = [
+        f"images: {report['images']} ({', '.join(f'{k} {v}' for k, v in report['images_per_split'].items())}); "
+        f"usable: {report['usable_images']}",
+        f"captions: {report['captions']} ({cpi['min']}-{cpi['max']} per image, mean {cpi['mean']}); "
+        f"dropped (no word): {report['captions_dropped_no_word']}",
+        f"caption length in tokens: 5% {pct['5']:.0f}, median {pct['50']:.0f}, 95% {pct['95']:.0f}, "
+        f"max {pct['100']:.0f}",
+        f"vocabulary at min_word_freq={report['vocabulary']['min_word_freq']}: {report['vocabulary']['size']} words",
+        "files: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in report["files"].items()),
+        "skipped: " + (", ".join(f"{k} {v}" for k, v in report["skipped"].items()) or "none"),
+        f"store: {report['store']['rows']} rows x {report['store']['grid']} grid, "
+        f"{report['store']['size_gb']} GB at {report['store']['path']}",
+        f"estimated training RAM: {report['estimated_training_ram_gb']} GB (docs/benchmarks.md)",
+    ]
+    return "\n".join(lines)
