@@ -35,7 +35,8 @@ class ImageCaptions(Dataset):
     def __getitem__(self, k: int) -> dict:
         first, last = self.image_start[k], self.image_start[k + 1]
         bounds = self.caption_start[first : last + 1]
-        captions = [torch.from_numpy(self.tokens[a:b].astype(np.int64)) for a, b in zip(bounds[:-1], bounds[1:])]
+        captions = [torch.from_numpy(self.tokens[a:b].astype(np.int64))
+                    for a, b in zip(bounds[:-1], bounds[1:])]
         return {"index": int(self.images[k]), "tokens": captions}
 
 

@@ -18,7 +18,13 @@ import json
 from pathlib import Path
 
 from .karpathy import (
-    SPLITS, ImageRecord, check_image_root, image_root_of, load_karpathy, make_record, read_karpathy,
+    SPLITS,
+    ImageRecord,
+    check_image_root,
+    image_root_of,
+    load_karpathy,
+    make_record,
+    read_karpathy,
     split_of,
 )
 
@@ -73,7 +79,8 @@ def _csv_rows(path: Path) -> list[dict]:
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     if rows and not {"image", "caption"} <= set(rows[0]):
-        raise ValueError(f"{path}: the header must name the columns image,caption[,split]; got {list(rows[0])}")
+        raise ValueError(f"{path}: the header must name the columns image,caption[,split]; "
+                         f"got {list(rows[0])}")
     return rows
 
 

@@ -18,10 +18,10 @@ from ..models.encoder import ResNetEncoder, build_encoder
 from ..models.normalizer import FeatureNormalizer, fit_normalizer
 from .checks import check_files
 from .features import open_store, stored_features
-from .images import MAX_PIXELS
-from .store import FeatureStore, LazyFeatures
 from .formats import load_records
+from .images import MAX_PIXELS
 from .karpathy import ImageRecord, image_root_of
+from .store import FeatureStore, LazyFeatures
 from .synthetic import SyntheticConfig, generate
 from .vocab import Vocabulary
 
@@ -129,7 +129,8 @@ def load_features(data_cfg: dict, enc_cfg: dict) -> PreparedData:
                 if len(skipped) > 20 else "")
         log.warning("skipped %d image(s), excluded from every split: %s%s", len(skipped), shown, more)
     if empty:
-        log.warning("dropped %d caption(s) with no word after tokenisation (empty or punctuation only)", empty)
+        log.warning("dropped %d caption(s) with no word after tokenisation (empty or punctuation "
+                    "only)", empty)
     keep = np.flatnonzero([not why for why in reasons])
     return PreparedData([records[i] for i in keep], feats, keep, skipped, empty_captions=empty)
 

@@ -57,13 +57,15 @@ def summary(report: dict) -> str:
     """The report as a few readable lines."""
     cpi, pct = report["captions_per_image"], report["caption_tokens_percentiles"]
     lines = [
-        f"images: {report['images']} ({', '.join(f'{k} {v}' for k, v in report['images_per_split'].items())}); "
+        f"images: {report['images']} "
+        f"({', '.join(f'{k} {v}' for k, v in report['images_per_split'].items())}); "
         f"usable: {report['usable_images']}",
         f"captions: {report['captions']} ({cpi['min']}-{cpi['max']} per image, mean {cpi['mean']}); "
         f"dropped (no word): {report['captions_dropped_no_word']}",
         f"caption length in tokens: 5% {pct['5']:.0f}, median {pct['50']:.0f}, 95% {pct['95']:.0f}, "
         f"max {pct['100']:.0f}",
-        f"vocabulary at min_word_freq={report['vocabulary']['min_word_freq']}: {report['vocabulary']['size']} words",
+        f"vocabulary at min_word_freq={report['vocabulary']['min_word_freq']}: "
+        f"{report['vocabulary']['size']} words",
         "files: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in report["files"].items()),
         "skipped: " + (", ".join(f"{k} {v}" for k, v in report["skipped"].items()) or "none"),
         f"store: {report['store']['rows']} rows x {report['store']['grid']} grid, "
