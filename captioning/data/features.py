@@ -81,15 +81,15 @@ def stored_features(
     -> (lazily memory-mapped (rows, N, C) float16 features, per row "" or why it was skipped)."""
     store = open_store(cache_dir, key_parts, paths, enc_cfg, max_pixels, root)
     if not store.complete:
-        device = resolve_device(enc_cfg.get("device", "auto"))
-        _extract_into(store, encoder_factory(), paths, enc_cfg, max_pixels, root, device)
+        _extract_into(store, encoder_factory(), paths, enc_cfg, max_pixels, root)
     else:
         log.info("features: loaded from store %s", store.root)
     return store.features(), store.reasons()
 
 
 def _extract_into(store: FeatureStore, encoder: ResNetEncoder, paths: list[Path], enc_cfg: dict,
-                  max_pixels: int, root: Path | None, device: torch.device) -> None:
+                  max_pixels: int, root: Path | None) -> None:
+    device = resolve_device(enc_cfg.get("device", "auto"))  # as open_store keyed the precision
     start, total = store.rows_done, len(paths)
     if start:
         log.info("features: resuming %s: %d of %d rows already done", store.root, start, total)

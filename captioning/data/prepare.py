@@ -38,7 +38,7 @@ class PreparedData:
     features: LazyFeatures  # (rows, N, C) raw encoder features, float16, memory-mapped store
     rows: np.ndarray  # (len(records),) each record's row in `features`
     skipped: list[tuple[str, str]]  # (image file, why): reported by name, never dropped silently
-    empty_captions: int = 0  # captions dropped because no token was left
+    empty_captions: int = 0  # captions dropped because no word was left
     vocab: Vocabulary | None = None  # built from the training captions (training only)
     normalizer: FeatureNormalizer | None = None  # fitted on training features (training only)
 

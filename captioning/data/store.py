@@ -135,8 +135,10 @@ class FeatureStore:
             self._map = np.load(self.features_path, mmap_mode="r+")
         self._map[start : start + len(features)] = features
         self._map.flush()  # the rows reach the file before the manifest says they exist
-        self._skipped.update({start + i: why for i, why in enumerate(reasons) if why})
-        _write_json_atomic(self.root / "skipped.json", self._skipped)
+        new = {start + i: why for i, why in enumerate(reasons) if why}
+        if new:  # the file on disk already holds every earlier skip
+            self._skipped.update(new)
+            _write_json_atomic(self.root / "skipped.json", self._skipped)
         self.manifest["rows_done"] = start + len(features)
         _write_json_atomic(self.root / "manifest.json", self.manifest)
 
