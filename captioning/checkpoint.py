@@ -1,32 +1,104 @@
-"""Load a training checkpoint with nothing but its path (torch only, weights_only=True)."""
+"""Read checkpoints safely, and load a trained model with nothing but its path (torch only).
+
+Every reader of a checkpoint (load_checkpoint, evaluate.py, caption.py, resume, init_from) goes
+through `read_checkpoint`: `torch.load(weights_only=True)`, so a file crafted to run code when
+unpickled is refused before any of it runs, and every failure names the file and what to do.
+"""
 
 from __future__ import annotations
 
+import pickle
+import re
+import zipfile
 from pathlib import Path
 
 import torch
 
 from .data.vocab import Vocabulary
+from .errors import UserError
 from .models.captioner import Captioner, build_captioner
 
 FORMAT_VERSION = 1
 
 
-def load_checkpoint(path: str | Path, map_location: str = "cpu") -> tuple[Captioner, Vocabulary, dict]:
-    """(model in eval mode, vocabulary, resolved config) from a `*.ckpt` written by train()."""
+class CheckpointError(UserError):
+    """A file that is not a loadable captioning checkpoint; the message says why and what to do."""
+
+
+def _who_wrote(ckpt: dict) -> str:
+    """'captioning format 1 (PyTorch Lightning 2.6.6)', or what else can be told from the keys."""
+    hp = ckpt.get("hyper_parameters") if isinstance(ckpt, dict) else None
+    lightning = ckpt.get("pytorch-lightning_version") if isinstance(ckpt, dict) else None
+    if isinstance(hp, dict) and "format_version" in hp:
+        return f"captioning format {hp['format_version']}" + (
+            f" (PyTorch Lightning {lightning})" if lightning else "")
+    if lightning:
+        return f"PyTorch Lightning {lightning}, but not by captioning (no format_version)"
+    if isinstance(ckpt, dict) and ckpt and all(isinstance(v, torch.Tensor) for v in ckpt.values()):
+        return (f"a bare state_dict of {len(ckpt)} tensors (e.g. {next(iter(ckpt))!r}), such as "
+                "torchvision weights, not a training checkpoint")
+    return f"an unknown program (top-level {type(ckpt).__name__})"
+
+
+def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
+    """The checkpoint dict of a `*.ckpt` written by train(), loaded with weights_only=True.
+
+    Raises FileNotFoundError for a missing path and CheckpointError (a ValueError) for an empty,
+    truncated, foreign or code-carrying file, each with a message naming the file."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {path} (runs write <run>/checkpoints/best.ckpt)")
-    ckpt = torch.load(path, map_location=map_location, weights_only=True)
+        raise FileNotFoundError(
+            f"checkpoint not found: {path} (a run writes <run dir>/checkpoints/best.ckpt and "
+            "last.ckpt)")
+    size = path.stat().st_size
+    if size == 0:
+        raise CheckpointError(f"{path} is empty (0 bytes): a write that never happened or a "
+                              "full disk. Use the run's other checkpoint (best.ckpt/last.ckpt).")
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(
+            f"{path} ({size} bytes) is not a PyTorch checkpoint (torch.save writes a zip "
+            "archive): truncated by a crash or a full disk, or another kind of file. Use the "
+            "run's other checkpoint (best.ckpt/last.ckpt).")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        # torch's own text suggests weights_only=False: exactly what must never be done with a
+        # file like this, so the message is ours. The offending global names the payload.
+        culprit = re.search(r"GLOBAL ([\w.]+)", str(err))
+        raise CheckpointError(
+            f"refused to load {path}: it references Python code"
+            + (f" ({culprit.group(1)})" if culprit else "")
+            + " that would run when unpickled. captioning checkpoints hold only tensors and "
+            "plain data, so this file was not written by captioning or has been tampered "
+            "with; nothing in it was executed. Do not load it.") from None
+    except (RuntimeError, EOFError, OSError) as err:
+        raise CheckpointError(
+            f"{path} ({size} bytes) cannot be read as a checkpoint ({type(err).__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else 'no detail'}): most likely truncated "
+            "by a crash or a full disk. Use the run's other checkpoint (best.ckpt/last.ckpt)."
+        ) from None
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
+        raise CheckpointError(f"{path} was written by {_who_wrote(ckpt)}; captioning needs a "
+                              "checkpoint written by train.py (<run dir>/checkpoints/*.ckpt).")
+    return ckpt
+
+
+def checkpoint_config(ckpt: dict, path: str | Path) -> tuple[dict, list[str]]:
+    """(resolved run config, vocabulary) of a checkpoint dict, or CheckpointError naming `path`."""
     hp = ckpt.get("hyper_parameters", {})
     version = hp.get("format_version")
     if version != FORMAT_VERSION or "cfg" not in hp or "vocab" not in hp:
-        raise ValueError(
-            f"{path}: checkpoint format {version!r} is not supported (this code reads format "
-            f"{FORMAT_VERSION}); re-train, or load it with the version of captioning that wrote it"
-        )
-    cfg, vocab = hp["cfg"], Vocabulary(hp["vocab"])
+        raise CheckpointError(
+            f"{path} was written by {_who_wrote(ckpt)}; this code reads captioning format "
+            f"{FORMAT_VERSION}. Re-train, or load it with the version of captioning that wrote it.")
+    return hp["cfg"], hp["vocab"]
+
+
+def load_checkpoint(path: str | Path, map_location: str = "cpu") -> tuple[Captioner, Vocabulary, dict]:
+    """(model in eval mode, vocabulary, resolved config) from a `*.ckpt` written by train()."""
+    ckpt = read_checkpoint(path, map_location)
+    cfg, vocab = checkpoint_config(ckpt, path)
     model = build_captioner(cfg, len(vocab))
     state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()}
     model.load_state_dict(state)
-    return model.eval(), vocab, cfg
+    return model.eval(), Vocabulary(vocab), cfg

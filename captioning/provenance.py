@@ -7,11 +7,25 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
-# Config keys that say where things go or how they are shown, not what is computed: they never
-# change a metric, so they are left out of a run's config hash.
-NOT_HASHED = ("paths", "logger", "media", "compare", "hydra")
+# Config keys (dotted paths) that say where things go, how they are shown or how fast they run,
+# not what is computed: they never change a metric, so they are left out of a run's config hash.
+# Two identical runs in two run dirs (or two checkouts, or two data folders) share one hash.
+NOT_HASHED = (
+    "paths", "logger", "media", "compare", "hydra", "task_name",
+    "resume",                          # continuing a run is the same experiment
+    "checkpoint.every_n_steps",        # how often state is saved, not what is trained
+    "trainer.default_root_dir", "trainer.enable_progress_bar", "trainer.enable_model_summary",
+    "trainer.log_every_n_steps",
+    "data.cache_dir", "data.root", "data.image_root",  # where files are; their content is keyed
+    "data.num_workers", "encoder.num_workers",  # the sampler, not the workers, orders the data
+)
+
+# Paths whose *contents* decide the result: they enter the hash as a fingerprint of the file, so
+# a moved file keeps its runs' hash and an edited one does not.
+CONTENT_HASHED = ("init_from", "encoder.weights_path", "data.json_path", "data.split_file")
 
 # Files whose uncommitted changes can change a result (an edited README cannot).
 RESULT_PATHS = ("captioning", "conf", "scripts", "train.py", "pyproject.toml")
@@ -24,9 +38,74 @@ def fingerprint(obj, length: int | None = None) -> str:
     return digest[:length] if length else digest
 
 
+def flatten(cfg: Mapping, prefix: str = "") -> dict:
+    """{'a': {'b': 1}} -> {'a.b': 1} (empty mappings stay values): config keys as dotted paths,
+    for loggers' filters, config checks and config comparisons."""
+    flat = {}
+    for key, value in cfg.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _drop(cfg: dict, dotted: str) -> None:
+    *parents, last = dotted.split(".")
+    for key in parents:
+        cfg = cfg.get(key)
+        if not isinstance(cfg, dict):
+            return
+    cfg.pop(last, None)
+
+
+def _get(cfg: dict, dotted: str):
+    for key in dotted.split("."):
+        if not isinstance(cfg, dict):
+            return None
+        cfg = cfg.get(key)
+    return cfg
+
+
+_FILE_HASHES: dict[tuple, str] = {}
+
+
+def file_fingerprint(path: str | Path) -> str:
+    """sha1 of a file's bytes (cached per path, size and mtime: a COCO JSON is read once per
+    process); 'absent:<path>' when there is no such file (the run fails on it later)."""
+    path = Path(path).expanduser()
+    try:
+        stat = path.stat()
+    except OSError:
+        return f"absent:{path}"
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _FILE_HASHES:
+        digest = hashlib.sha1()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        _FILE_HASHES[key] = "sha1:" + digest.hexdigest()
+    return _FILE_HASHES[key]
+
+
+def hashed_view(cfg: dict) -> dict:
+    """What identifies a run: the resolved config without the NOT_HASHED keys, with the
+    CONTENT_HASHED paths replaced by fingerprints of the files they name."""
+    view = json.loads(json.dumps(cfg, default=str))  # a deep copy of plain data
+    for dotted in NOT_HASHED:
+        _drop(view, dotted)
+    for dotted in CONTENT_HASHED:
+        if (path := _get(view, dotted)) is not None:
+            *parents, last = dotted.split(".")
+            holder = _get(view, ".".join(parents)) if parents else view
+            holder[last] = file_fingerprint(path)
+    return view
+
+
 def config_hash(cfg: dict) -> str:
-    """The identity of a run: fingerprint of the resolved config without the NOT_HASHED keys."""
-    return fingerprint({k: v for k, v in cfg.items() if k not in NOT_HASHED})
+    """The identity of a run: fingerprint of its hashed_view."""
+    return fingerprint(hashed_view(cfg))
 
 
 def git_commit() -> str | None:

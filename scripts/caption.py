@@ -9,10 +9,12 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from captioning.errors import report_user_errors
 from captioning.inference import caption_images
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="caption")
+@report_user_errors  # a bad checkpoint or path: one message, exit status 2
 def main(cfg: DictConfig) -> None:
     """Caption every readable image; files that are not images are skipped with a message."""
     results, skipped = caption_images(

@@ -12,6 +12,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from captioning.errors import report_user_errors
 from captioning.evaluation import evaluate_checkpoint
 from captioning.metrics.report import format_table
 
@@ -19,6 +20,7 @@ log = logging.getLogger("evaluate")
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
+@report_user_errors  # a bad checkpoint or path: one message, exit status 2
 def main(cfg: DictConfig) -> None:
     """Decode, score, write, print."""
     metrics, predictions, tokenization = evaluate_checkpoint(

@@ -12,6 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "captioning"
 # Lower layers never import higher ones; a layer may import itself and anything below.
 LAYERS = {
     "provenance": 0,  # fingerprints and the code version: standard library only
+    "errors": 0,  # UserError and the command-line wrapper: standard library only
     "models": 1,  # torch / torchvision only
     "data": 2,  # readers, feature cache, vocabulary (uses models: encoder, normaliser)
     "metrics": 3,  # scores words (uses data: the tokenizer, the built-in lexicon)

@@ -175,3 +175,46 @@ def test_verify_picks_cells_in_grid_order_and_reports_existing_reruns(tmp_path, 
     assert len(fake.trained) == 2
     assert runner.verify(dirs, 2, train_missing=False) == first  # read back, nothing trained
     assert len(runner.verify(dirs, 3)) == 3 and len(fake.trained) == 3
+
+
+def _legacy_cell(root: Path, cfg: dict, name: str = "0ld") -> Path:
+    """A finished cell as an older hash rule named it: results + a checkpoint with its config."""
+    import torch
+
+    cell = root / "cells" / name
+    (cell / "checkpoints").mkdir(parents=True)
+    (cell / "results.json").write_text(json.dumps({"test/bleu4": 0.4}))
+    torch.save({"state_dict": {}, "hyper_parameters": {"format_version": 1, "cfg": cfg, "vocab": []}},
+               cell / "checkpoints" / "best.ckpt")
+    return cell
+
+
+def test_cells_named_by_an_older_hash_rule_are_adopted_not_retrained(tmp_path, monkeypatch):
+    """A finished cell whose stored config equals the cell's config on every key it has (keys
+    added since are absent from it) is renamed to today's hash; one that differs is trained."""
+    fake = FakeRuns()
+    monkeypatch.setattr(grid_mod, "train", fake.train)
+    runner = GridRunner(fake.compose, [], tmp_path, DIMS)
+    cell = Cell("lstm", "matched", "dot", 0)
+    plain = OmegaConf.to_container(runner.config(cell)[0], resolve=True)
+    old = {k: v for k, v in plain.items() if k != "seed"}  # "seed" did not exist back then
+    legacy = _legacy_cell(tmp_path, old)
+    other = _legacy_cell(tmp_path, {**old, "encoder": {"name": "resnet50", "pca_dim": 64}}, "0ther")
+    dirs = GridRunner(fake.compose, [], tmp_path, DIMS).run([cell, Cell("lstm", "matched", "additive", 0)])
+    assert not legacy.exists() and (dirs[cell] / "results.json").is_file()  # renamed, kept
+    assert fake.trained == ["additive/512/0/False"]  # no legacy cell matches it: trained
+    assert other.exists()  # pca_dim 64 is no cell of this grid: left alone
+
+
+def test_a_cell_killed_mid_training_resumes_from_its_checkpoint(tmp_path, monkeypatch):
+    fake = FakeRuns()
+    resumed = []
+    monkeypatch.setattr(grid_mod, "train", lambda cfg: (resumed.append(cfg.get("resume")),
+                                                        fake.train(cfg)))
+    runner = GridRunner(fake.compose, [], tmp_path, DIMS)
+    cell = Cell("lstm", "matched", "dot", 0)
+    _, out = runner.config(cell)
+    (out / "checkpoints").mkdir(parents=True)
+    (out / "checkpoints" / "last.ckpt").write_bytes(b"x")  # killed: a checkpoint, no results
+    runner.run([cell, Cell("lstm", "matched", "additive", 0)])
+    assert resumed == [str(out), None]

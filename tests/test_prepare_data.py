@@ -54,3 +54,26 @@ def test_report_counts_the_folder_and_builds_the_store(tmp_path):
         f"data.image_root={tmp_path}", f"data.cache_dir={tmp_path / 'cache'}", "data.min_word_freq=1"]
     cfg = OmegaConf.to_container(compose_cfg(over, tmp_path / "run", tmp_path), resolve=True)
     assert dataset_store(cfg["data"], cfg["encoder"]).complete
+
+
+def test_config_hash_ignores_where_and_fingerprints_what(tmp_path):
+    """Run dirs, data locations and display keys leave the hash alone; a file named by a
+    content-hashed key enters by its bytes: moved, same hash; edited, another."""
+    from captioning.provenance import config_hash
+
+    a = tmp_path / "a" / "d.json"
+    a.parent.mkdir()
+    a.write_text('{"images": []}')
+    cfg = {"seed": 0, "paths": {"output_dir": "run1"}, "data": {"json_path": str(a), "cache_dir": "x",
+           "image_root": "i", "batch_size": 4}, "trainer": {"default_root_dir": "run1",
+           "enable_progress_bar": True, "max_epochs": 2}}
+    h = config_hash(cfg)
+    b = tmp_path / "b.json"
+    b.write_text(a.read_text())
+    moved = {**cfg, "paths": {"output_dir": "run2"},
+             "data": {**cfg["data"], "json_path": str(b), "cache_dir": "y", "image_root": "j"},
+             "trainer": {**cfg["trainer"], "default_root_dir": "run2", "enable_progress_bar": False}}
+    assert config_hash(moved) == h
+    b.write_text('{"images": [1]}')
+    assert config_hash(moved) != h
+    assert config_hash({**cfg, "trainer": {**cfg["trainer"], "max_epochs": 3}}) != h

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from captioning.lit import train
-from captioning.lit.loggers import flatten, wandb_mode
+from captioning.lit.loggers import wandb_mode
+from captioning.provenance import flatten
 
 WANDB_BIN = str(Path(sys.executable).with_name("wandb"))
 

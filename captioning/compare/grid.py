@@ -1,6 +1,7 @@
 """Cells of the comparison grid, and running them: each cell is one train() run whose output
-directory is named by its config hash, so a finished cell is never trained again and an
-interrupted grid resumes where it stopped."""
+directory is named by its config hash, so a finished cell is never trained again, an
+interrupted grid resumes where it stopped, and a cell killed mid-training resumes from its own
+last checkpoint (train's resume). Cells named by an older hash rule are adopted, not retrained."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from ..checkpoint import checkpoint_config, read_checkpoint
 from ..lit.training import train
 from ..models.captioner import resolved_attention
-from ..provenance import config_hash
+from ..provenance import config_hash, flatten, hashed_view
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,7 @@ class GridRunner:
     def __init__(self, compose: Callable[[list[str]], DictConfig], overrides: list[str],
                  root: Path, dims: dict[str, list[str]]) -> None:
         self.compose, self.overrides, self.root, self.dims = compose, list(overrides), root, dims
+        self._legacy: dict[Path, dict] | None = None
 
     def config(self, cell: Cell, output_dir: Path | None = None) -> tuple[DictConfig, Path]:
         cfg = self.compose(self.overrides + cell.overrides(self.dims))
@@ -64,9 +67,43 @@ class GridRunner:
         plain = OmegaConf.to_container(cfg, resolve=True)
         plain.pop("hydra", None)
         out = output_dir or self.root / "cells" / config_hash(plain)
+        if output_dir is None and not out.exists():
+            self._adopt_legacy(plain, out)
         with open_dict(cfg):
             cfg.paths.output_dir = str(out)
         return cfg, out
+
+    def _legacy_cells(self) -> dict[Path, dict]:
+        """Finished cells whose directory name is not their config's hash under today's rule
+        (written under an older one) -> their hashed config, flat. Read once per runner."""
+        if self._legacy is None:
+            self._legacy = {}
+            for cell in sorted((self.root / "cells").glob("*/results.json")):
+                ckpts = [p for name in ("best.ckpt", "last.ckpt")
+                         if (p := cell.parent / "checkpoints" / name).is_file()]
+                if not ckpts:
+                    continue
+                try:
+                    cfg, _ = checkpoint_config(read_checkpoint(ckpts[0]), ckpts[0])
+                except ValueError as err:
+                    log.warning("grid: cannot read %s (%s); not adopted", ckpts[0], err)
+                    continue
+                if config_hash(cfg) != cell.parent.name:
+                    self._legacy[cell.parent] = flatten(hashed_view(cfg))
+        return self._legacy
+
+    def _adopt_legacy(self, plain: dict, out: Path) -> None:
+        """Rename a legacy cell to `out` when it is this config's run: every key it has equals
+        this config's (keys added to the config since it ran are taken to keep their old
+        behaviour, as every new key must by default)."""
+        want = flatten(hashed_view(plain))
+        for cell, old in list(self._legacy_cells().items()):
+            if all(k in want and want[k] == v for k, v in old.items()):
+                cell.rename(out)
+                del self._legacy[cell]
+                log.info("grid: adopted %s as %s (named by an older config-hash rule)",
+                         cell.name, out.name)
+                return
 
     def resolve(self, cell: Cell) -> Cell:
         """A `mixed` cell is by construction the cell of the mode it picks: that one is run."""
@@ -91,7 +128,11 @@ class GridRunner:
                  len(cells), len(set(dirs.values())), done, len(todo))
         for k, cell in enumerate(todo, 1):
             cfg, out = self.config(cell)
-            log.info("grid: [%d/%d] training %s -> %s", k, len(todo), cell.label, out)
+            if any((out / "checkpoints").glob("*.ckpt")):  # killed mid-training: continue it
+                with open_dict(cfg):
+                    cfg.resume = str(out)
+            log.info("grid: [%d/%d] %s %s -> %s", k, len(todo),
+                     "resuming" if cfg.get("resume") else "training", cell.label, out)
             train(cfg)
         return dirs
 

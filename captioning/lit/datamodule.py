@@ -7,10 +7,11 @@ import gc
 import pytorch_lightning as pl
 import torch
 from lightning_fabric.utilities.seed import pl_worker_init_function
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, DistributedSampler
 
 from ..data.datasets import Collate, EvalImages, ImageCaptions
 from ..data.prepare import PreparedData, load_records_and_features, prepare_data
+from ..data.sampler import EpochShuffle
 
 
 def _worker_init(worker_id: int) -> None:
@@ -23,12 +24,20 @@ def _worker_init(worker_id: int) -> None:
 
 
 class CaptionDataModule(pl.LightningDataModule):
-    """`data` and `encoder` config dicts in; `vocab` and `normalizer` available after setup()."""
+    """`data` and `encoder` config dicts in; `vocab` and `normalizer` available after setup().
 
-    def __init__(self, data_cfg: dict, encoder_cfg: dict) -> None:
+    Resumable: the training order is EpochShuffle(seed), and the checkpoint holds how many
+    training batches of which epoch were consumed (counted here, as batches reach the model: the
+    loader's own position runs ahead by its prefetch), so a resumed run's next batch is the one
+    the killed run would have trained on next."""
+
+    def __init__(self, data_cfg: dict, encoder_cfg: dict, seed: int = 0) -> None:
         super().__init__()
-        self.data_cfg, self.encoder_cfg = data_cfg, encoder_cfg
+        self.data_cfg, self.encoder_cfg, self.seed = data_cfg, encoder_cfg, seed
         self.data: PreparedData | None = None
+        self.position = {"epoch": 0, "batches": 0}  # training batches consumed in that epoch
+        self._resume: dict | None = None
+        self.restore_position = True  # False only in the test that shows why it is needed
 
     def prepare_data(self) -> None:
         # Generation and feature extraction write to disk: once per node, not per process.
@@ -44,12 +53,35 @@ class CaptionDataModule(pl.LightningDataModule):
     def vocab(self):
         return self.data.vocab
 
-    def _loader(self, dataset, batch_size: int, shuffle: bool) -> DataLoader:
+    def state_dict(self) -> dict:
+        per_epoch = self.trainer.num_training_batches if self.trainer is not None else None
+        finished = per_epoch is not None and self.position["batches"] >= per_epoch
+        return {**self.position, "finished": bool(finished), "seed": self.seed}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._resume = state if self.restore_position else None
+
+    def on_before_batch_transfer(self, batch: dict, dataloader_idx: int) -> dict:
+        if self.trainer is not None and self.trainer.training:
+            epoch = self.trainer.current_epoch
+            if epoch != self.position["epoch"]:
+                self.position = {"epoch": epoch, "batches": 0}
+            self.position["batches"] += 1
+        return batch
+
+    def _rank_world(self) -> tuple[int, int]:
+        trainer = self.trainer
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+
+    def _loader(self, dataset, batch_size: int, sampler) -> DataLoader:
         workers = self.data_cfg.get("num_workers", 0)
         return DataLoader(
             dataset,
             batch_size=batch_size,
-            shuffle=shuffle,
+            sampler=sampler,
+            # Its own generator for the workers' base seed: creating an iterator then never
+            # draws from the global RNG, whose stream (dropout) a resume restores exactly.
+            generator=torch.Generator().manual_seed(self.seed),
             num_workers=workers,
             persistent_workers=workers > 0,
             pin_memory=torch.cuda.is_available(),  # faster host-to-GPU copies; no-op on CPU
@@ -59,10 +91,27 @@ class CaptionDataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         images = ImageCaptions(self.data, "train", self.data_cfg.get("max_caption_len", 30))
-        return self._loader(images, self.data_cfg["batch_size"], shuffle=True)
+        batch_size = self.data_cfg["batch_size"]
+        # The trainer runs with use_distributed_sampler=false: this sampler shards by rank itself.
+        sampler = EpochShuffle(len(images), self.seed, *self._rank_world())
+        if self._resume is not None:  # continue where the checkpoint's run stopped
+            epoch, done = self._resume["epoch"], self._resume["batches"]
+            if self._resume["finished"]:  # saved at the epoch's end: the next one starts
+                epoch, done = epoch + 1, 0
+            sampler.start_at(epoch, done * batch_size)
+            self.position = {"epoch": epoch, "batches": done}
+            self._resume = None
+        return self._loader(images, batch_size, sampler)
+
+    def _eval_loader(self, split: str) -> DataLoader:
+        images = EvalImages(self.data, split)
+        rank, world = self._rank_world()
+        # Each rank decodes its share; the module gathers and de-duplicates (padding repeats).
+        sampler = DistributedSampler(images, world, rank, shuffle=False) if world > 1 else None
+        return self._loader(images, self.data_cfg["eval_batch_size"], sampler)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(EvalImages(self.data, "val"), self.data_cfg["eval_batch_size"], False)
+        return self._eval_loader("val")
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(EvalImages(self.data, "test"), self.data_cfg["eval_batch_size"], False)
+        return self._eval_loader("test")

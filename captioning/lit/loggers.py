@@ -16,18 +16,6 @@ from pytorch_lightning.loggers import Logger, WandbLogger
 log = logging.getLogger(__name__)
 
 
-def flatten(cfg: Mapping, prefix: str = "") -> dict:
-    """{'a': {'b': 1}} -> {'a.b': 1}: flat keys filter and group in the wandb UI."""
-    flat = {}
-    for key, value in cfg.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            flat.update(flatten(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
-
-
 def _logged_in() -> bool:
     """An API key in the environment, or one stored by `wandb login` (~/.netrc or $NETRC)."""
     if os.environ.get("WANDB_API_KEY"):
@@ -67,6 +55,7 @@ def wandb_logger(
     entity: str | None = None,
     log_model: bool = False,
     init_timeout: float = 10.0,
+    id: str | None = None,  # noqa: A002 - wandb's name; set by train() when a run resumes
 ) -> WandbLogger | None:
     """A WandbLogger over a run started here, so a failure can fall back instead of killing
     training: online -> offline (warned once) -> no wandb at all (the other loggers go on).
@@ -79,6 +68,8 @@ def wandb_logger(
     Path(save_dir).mkdir(parents=True, exist_ok=True)
     kwargs = dict(project=project, entity=entity, dir=save_dir, name=name, group=group,
                   tags=list(tags or []), job_type=job_type, reinit="finish_previous")
+    if id:  # a resumed run continues its wandb run (offline: the same run id, synced as one)
+        kwargs.update(id=id, resume="allow")
     run = None
     log.info("wandb: starting in %s mode (%s)", mode, why)
     try:

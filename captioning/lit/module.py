@@ -16,6 +16,10 @@ from ..models.captioner import build_captioner
 from ..predict import caption_features, greedy
 
 
+class NonFiniteLossError(RuntimeError):
+    """Training met a NaN/Inf loss or gradient; the message names the step, images and causes."""
+
+
 class CaptioningModule(pl.LightningModule):
     """hparams are plain data ({format_version, cfg, vocab}) so checkpoints load with
     torch.load(weights_only=True); the model is rebuilt from them."""
@@ -28,9 +32,17 @@ class CaptioningModule(pl.LightningModule):
         )
         self.cfg, self.vocab = cfg, Vocabulary(vocab)
         self.model = build_captioner(cfg, len(vocab))
+        trainer_cfg = cfg.get("trainer", {})
+        self.nan_policy = trainer_cfg.get("nan_policy", "stop")
+        self.nan_max_in_row = trainer_cfg.get("nan_max_in_row", 5)
+        self.nonfinite_skipped = 0  # batches skipped for a non-finite loss/gradient (policy skip)
+        self._nonfinite_in_row = 0
+        self._batch: dict | None = None
+        self._loss: torch.Tensor | None = None
         self._outputs: list[dict] = []
         self._attn: list[tuple[int, dict]] = []  # (count, stats) per decoded batch
         self.test_predictions: list[dict] = []
+        self.metrics: dict[str, dict] = {}  # stage -> the last scores, unrounded
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         tokens = batch["tokens"]  # (B, T)
@@ -46,7 +58,51 @@ class CaptioningModule(pl.LightningModule):
             label_smoothing=self.cfg["optim"].get("label_smoothing", 0.0),
         )
         self.log("train/loss", loss, prog_bar=True, batch_size=len(tokens))
+        self._batch, self._loss = batch, loss.detach()  # for the non-finite guard's message
         return loss
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        """The NaN/Inf guard, after backward and before clipping and the step: a non-finite loss
+        or gradient stops the run (trainer.nan_policy=stop) or is skipped and counted (skip: the
+        gradients are dropped, so the optimiser leaves every parameter and its moments as they
+        were; the schedule still advances), stopping after nan_max_in_row in a row. The one
+        .item() here is a host sync per step, the price of never stepping on a NaN."""
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        norms = torch._foreach_norm(grads) if grads else []
+        finite = torch.isfinite(torch.stack([self._loss, *[n.to(self._loss.device) for n in norms]]))
+        if bool(finite.all().item()):
+            self._nonfinite_in_row = 0
+            return
+        self._nonfinite_in_row += 1
+        if self.nan_policy == "skip" and self._nonfinite_in_row <= self.nan_max_in_row:
+            self.nonfinite_skipped += 1
+            for p in self.parameters():
+                p.grad = None
+            self.log("train/nonfinite_skipped", float(self.nonfinite_skipped))
+            return
+        raise NonFiniteLossError(self._nonfinite_message())
+
+    def _nonfinite_message(self) -> str:
+        ids = self._batch["index"].tolist() if self._batch is not None else []
+        dm = getattr(self.trainer, "datamodule", None)
+        if dm is not None and getattr(dm, "data", None) is not None:
+            ids = [dm.data.records[i].image_id for i in ids]
+        what = (f"{self.nan_max_in_row + 1} batches in a row (trainer.nan_max_in_row)"
+                if self.nan_policy == "skip" else "this batch")
+        return (
+            f"non-finite loss or gradient (loss {float(self._loss):g}) at step "
+            f"{self.trainer.global_step}, epoch {self.current_epoch}: {what}. Image ids in the "
+            f"batch: {ids}. Likely causes: a learning rate too high (optim.optimizer.lr), a "
+            "float16 overflow (use trainer.precision=bf16-mixed or 32-true), NaN/Inf in these "
+            "images' cached features (delete the feature store under data.cache_dir to "
+            "re-extract), or a corrupt image. The last good checkpoint is untouched: continue "
+            "with resume=<run dir>; trainer.nan_policy=skip skips such batches instead.")
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["nonfinite_skipped"] = self.nonfinite_skipped
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.nonfinite_skipped = checkpoint.get("nonfinite_skipped", 0)
 
     def _decode(self, batch: dict, settings: dict) -> list[dict]:
         """Greedy (beam_size 1) or batched beam search; collects words and attention stats and
@@ -100,7 +156,8 @@ class CaptioningModule(pl.LightningModule):
             metrics[f"{stage}/{key}"] = sum(n * st[key] for n, st in attn) / total
         # BLEU, attribute accuracy and grounding come from the gathered outputs, the same on
         # every process; the attention statistics are still this process's own (issue: gather).
-        self.log_dict(metrics)
+        self.log_dict(metrics)  # loggers get float32 (Lightning's tensors) ...
+        self.metrics[stage] = {k: float(v) for k, v in metrics.items()}  # ... results.json float64
         return outputs
 
     def validation_step(self, batch: dict, batch_idx: int) -> list[dict]:
@@ -137,3 +194,24 @@ class CaptioningModule(pl.LightningModule):
             optimizer=optimizer, total_steps=int(self.trainer.estimated_stepping_batches)
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_train_start(self) -> None:
+        """A resume with a larger trainer.max_epochs: the restored one-cycle schedule still ends
+        at the old length (stepping past it would fail); re-plan it over the new length."""
+        total = int(self.trainer.estimated_stepping_batches)
+        for config in self.trainer.lr_scheduler_configs:
+            scheduler = config.scheduler
+            if isinstance(scheduler, torch.optim.lr_scheduler.OneCycleLR) and scheduler.total_steps != total:
+                replan_one_cycle(scheduler, total)
+
+
+def replan_one_cycle(scheduler: torch.optim.lr_scheduler.OneCycleLR, total: int) -> None:
+    """Stretch a one-cycle schedule (already `last_epoch` steps in) to `total` steps: the phase
+    boundaries move with the same proportions, so the learning rate at the current step becomes
+    the longer schedule's (after warm-up: higher than where the short one was)."""
+    old = scheduler.total_steps
+    for phase in scheduler._schedule_phases:
+        phase["end_step"] = (phase["end_step"] + 1) * total / old - 1
+    scheduler.total_steps = total
+    for group, lr in zip(scheduler.optimizer.param_groups, scheduler.get_lr()):
+        group["lr"] = lr

@@ -10,36 +10,53 @@ from pathlib import Path
 
 import hydra
 import pytorch_lightning as pl
-from omegaconf import DictConfig, OmegaConf
-from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
+from omegaconf import DictConfig, OmegaConf, open_dict
+from pytorch_lightning.callbacks import LearningRateMonitor
 from pytorch_lightning.loggers import WandbLogger
 
 from ..models.attention import cross_attention_modules
 from ..models.captioner import resolved_attention
-from ..provenance import config_hash, git_commit
+from ..provenance import config_hash, flatten, git_commit
+from .checkpointing import AtomicCheckpointIO, RNGState, checkpoint_callbacks, newest_checkpoint
+from .config_check import OWN_TRAINER_KEYS, check_config
 from .datamodule import CaptionDataModule
-from .loggers import build_loggers, flatten, sync_hint
+from .loggers import build_loggers, sync_hint
 from .media import ValidationMedia
 from .module import CaptioningModule
+from .resume import adopt_run_dir, check_resumable, find_run, load_initial_weights, read_run, write_run
 from .throughput import Throughput
 
 log = logging.getLogger(__name__)
 
 
 def train(cfg: DictConfig) -> dict:
-    """Prepare data, fit, test the best checkpoint; write results.json and predictions.json."""
+    """Check the config, prepare data, fit (or resume), test the best checkpoint; write
+    results.json and predictions.json."""
     start = time.time()
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    plain.pop("hydra", None)
+    plain = _plain(cfg)
+    check_config(plain)  # every mistake the config alone shows, before any work
     out = Path(plain["paths"]["output_dir"])
+    resume_ckpt = None
+    if plain.get("resume"):
+        run = find_run(plain["resume"], plain, out)
+        resume_ckpt, ckpt = newest_checkpoint(run)
+        check_resumable(ckpt, resume_ckpt, plain)
+        log.info("resuming %s from %s (epoch %s, step %s)", run, resume_ckpt.name,
+                 ckpt.get("epoch"), ckpt.get("global_step"))
+        del ckpt
+        adopt_run_dir(out, run)
+        with open_dict(cfg):
+            cfg.paths.output_dir = str(run)  # loggers, checkpoints, results: the run's own dir
+        plain, out = _plain(cfg), run
     out.mkdir(parents=True, exist_ok=True)
+    run_info = read_run(out) if resume_ckpt else {}
     if not plain["data"].get("synthetic") and not plain["encoder"].get("pretrained"):
         log.warning("data=%s with encoder.pretrained=false: a randomly initialised ResNet on real "
                     "photos gives weak features; the real-data presets set encoder.pretrained=true "
                     "(data/README.md: which weights file to copy where)", plain["data"].get("name"))
     pl.seed_everything(plain["seed"], workers=True)
 
-    datamodule = CaptionDataModule(plain["data"], plain["encoder"])
+    datamodule = CaptionDataModule(plain["data"], plain["encoder"], plain["seed"])
     datamodule.prepare_data()
     datamodule.setup("fit")
     # Again: preparing data draws from the global RNG only when caches are cold (feature
@@ -47,27 +64,36 @@ def train(cfg: DictConfig) -> dict:
     pl.seed_everything(plain["seed"], workers=True)
     module = CaptioningModule(plain, datamodule.vocab.itos)
     module.model.normalizer.load_state_dict(datamodule.data.normalizer.state_dict())
+    if plain.get("init_from"):
+        load_initial_weights(module.model, plain["init_from"], datamodule.vocab.itos)
 
-    checkpoint = ModelCheckpoint(
-        dirpath=out / "checkpoints", filename="best", monitor="val/bleu4", mode="max",
-        save_last=True, auto_insert_metric_name=False,
-    )
-    loggers = build_loggers(plain.get("logger"))
+    checkpoints = checkpoint_callbacks(out, plain)
+    best_checkpoint = checkpoints[0]
+    logger_cfg = plain.get("logger") or {}
+    if run_info.get("wandb_id") and "wandb" in logger_cfg:  # the same wandb run continues
+        logger_cfg = {**logger_cfg, "wandb": {**logger_cfg["wandb"], "id": run_info["wandb_id"]}}
+    loggers = build_loggers(logger_cfg)
     throughput, media = Throughput(), ValidationMedia(**plain.get("media", {}))
-    callbacks = [checkpoint, throughput, media]
+    callbacks = [*checkpoints, RNGState(), throughput, media]
     if loggers:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
-    trainer: pl.Trainer = hydra.utils.instantiate(
-        cfg.trainer, callbacks=callbacks, logger=loggers or False
-    )
+    trainer = build_trainer(OmegaConf.to_container(cfg.trainer, resolve=True),
+                            callbacks=callbacks, logger=loggers or False)
+    wandb_ids = [lg.experiment.id for lg in loggers if isinstance(lg, WandbLogger)]
+    if trainer.is_global_zero:
+        write_run(out, {"config_hash": config_hash(plain),
+                        "wandb_id": wandb_ids[0] if wandb_ids else run_info.get("wandb_id"),
+                        "resumed": run_info.get("resumed", 0) + bool(resume_ckpt)})
     for logger in loggers:  # the whole resolved config, flat: every key filters in the UI
         logger.log_hyperparams(flatten({k: v for k, v in plain.items() if k != "logger"}))
-    trainer.fit(module, datamodule=datamodule)
-    best = "best" if checkpoint.best_model_path else None  # no validation ran: test as trained
-    test = trainer.test(module, datamodule=datamodule, ckpt_path=best)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_ckpt)
+    # Test the best checkpoint; when no validation ran (or none improved), test as trained.
+    test = trainer.test(module, datamodule=datamodule,
+                        ckpt_path=best_checkpoint.best_model_path or None)
 
     cross = cross_attention_modules(module.model.decoder)
-    results = {k: float(v) for k, v in (test[0] if test else {}).items()}
+    # The test scores as computed (float64), not as logged (Lightning rounds to float32).
+    results = dict(module.metrics.get("test", {})) if test else {}
     results.update(
         wall_time_s=round(time.time() - start, 2),
         seed=plain["seed"],
@@ -80,6 +106,8 @@ def train(cfg: DictConfig) -> dict:
         skipped_images=len(datamodule.data.skipped),
         skipped_image_files=[f"{path}: {why}" for path, why in datamodule.data.skipped],
         empty_captions=datamodule.data.empty_captions,
+        nonfinite_skipped_batches=module.nonfinite_skipped,
+        resumed=run_info.get("resumed", 0) + bool(resume_ckpt),
         # Step timing: the first step carries torch.compile's cost (model.compile=true).
         first_step_s=round(throughput.step_seconds[0], 3) if throughput.step_seconds else None,
         median_step_s=(round(statistics.median(throughput.step_seconds), 4)
@@ -96,8 +124,23 @@ def train(cfg: DictConfig) -> dict:
         log.info("results: %s", out / "results.json")
         for logger in loggers:
             if isinstance(logger, WandbLogger):
-                _finish_wandb(logger, results, out, module.vocab.itos, checkpoint.best_model_path)
+                _finish_wandb(logger, results, out, module.vocab.itos,
+                              best_checkpoint.best_model_path)
     return results
+
+
+def build_trainer(trainer_cfg: dict, **kwargs) -> pl.Trainer:
+    """pytorch_lightning.Trainer from the `trainer` config (our own keys left out), writing
+    checkpoints atomically; the data module's EpochShuffle shards the training set by rank."""
+    args = {k: v for k, v in trainer_cfg.items() if k not in OWN_TRAINER_KEYS}
+    return hydra.utils.instantiate(args, plugins=[AtomicCheckpointIO()],
+                                   use_distributed_sampler=False, **kwargs)
+
+
+def _plain(cfg: DictConfig) -> dict:
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain.pop("hydra", None)
+    return plain
 
 
 def _finish_wandb(logger: WandbLogger, results: dict, out: Path, vocab: list[str],

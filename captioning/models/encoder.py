@@ -60,32 +60,39 @@ def known_weights(name: str) -> dict[str, str]:
     return out
 
 
-def _load_pretrained(name: str, weights_path: str | None, verify: bool = True) -> tuple[dict, str]:
-    """ImageNet weights from `weights_path` or the local torch hub cache (never downloads),
-    checked against torchvision's published hashes -> (state dict, weights id = content hash)."""
+def find_weights(name: str, weights_path: str | None) -> Path:
+    """The ImageNet weights file for `name`: `weights_path`, else torchvision's file names in the
+    local torch hub cache. Never downloads; FileNotFoundError says where to put the file."""
     default = os.path.basename(ENCODERS[name].weights.DEFAULT.url)
-    known = known_weights(name)
     hub = Path(torch.hub.get_dir()) / "checkpoints"
     candidates = [Path(weights_path).expanduser()] if weights_path else []
-    candidates += [hub / file for file in dict.fromkeys([default, *known.values()])]
+    candidates += [hub / file for file in dict.fromkeys([default, *known_weights(name).values()])]
     for path in candidates:
         if path.is_file():
-            digest = _sha256(path)
-            if verify and not any(digest.startswith(prefix) for prefix in known):
-                raise ValueError(
-                    f"{path}: its sha256 ({digest[:8]}...) matches none of torchvision's {name} "
-                    f"ImageNet files ({', '.join(known.values())}): a wrong or damaged copy. Copy "
-                    f"{default} again, or, if these are your own weights on purpose, set "
-                    "encoder.verify_weights=false."
-                )
-            # The content, not the path, identifies the weights: moving the file keeps the cache.
-            return torch.load(path, map_location="cpu", weights_only=True), f"sha256:{digest[:16]}"
+            return path
     raise FileNotFoundError(
         f"encoder.pretrained=true but no ImageNet weights for {name} were found (looked in: "
         f"{', '.join(str(p) for p in candidates)}). Downloads are disabled: copy {default} (from "
         f"{ENCODERS[name].weights.DEFAULT.url}) into {hub}, or set "
         f"encoder.weights_path=/path/to/file.pth, or use encoder.pretrained=false."
     )
+
+
+def _load_pretrained(name: str, weights_path: str | None, verify: bool = True) -> tuple[dict, str]:
+    """ImageNet weights from find_weights, checked against torchvision's published hashes ->
+    (state dict, weights id = content hash)."""
+    path = find_weights(name, weights_path)
+    known = known_weights(name)
+    digest = _sha256(path)
+    if verify and not any(digest.startswith(prefix) for prefix in known):
+        raise ValueError(
+            f"{path}: its sha256 ({digest[:8]}...) matches none of torchvision's {name} "
+            f"ImageNet files ({', '.join(known.values())}): a wrong or damaged copy. Copy "
+            f"{os.path.basename(ENCODERS[name].weights.DEFAULT.url)} again, or, if these are "
+            "your own weights on purpose, set encoder.verify_weights=false."
+        )
+    # The content, not the path, identifies the weights: moving the file keeps the cache.
+    return torch.load(path, map_location="cpu", weights_only=True), f"sha256:{digest[:16]}"
 
 
 class ResNetEncoder(nn.Module):

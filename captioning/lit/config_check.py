@@ -1,0 +1,276 @@
+"""Everything wrong with a run config that the config alone can tell, found in a second, before
+any data is generated, any feature extracted or any model built for real.
+
+Unknown keys (a typo, or a `+key=` that nothing reads) are found against the shipped configs:
+the keys of every option of a config group in conf/ (for `attention`, `decoder` and `encoder`:
+of the option chosen), train.yaml's own keys, and, for `trainer.*`, pytorch_lightning.Trainer's
+arguments. `logger.*` and the kwargs of `optim.*._target_` are extension points, checked against
+their targets' signatures where there is one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import shutil
+import tempfile
+from functools import cache
+from pathlib import Path
+
+import hydra
+import pytorch_lightning as pl
+import torch
+from omegaconf import OmegaConf
+
+from ..errors import UserError
+from ..models.captioner import build_captioner
+from ..models.encoder import ENCODERS, encoder_dim, find_weights
+from ..provenance import flatten
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+# Keys of ours under `trainer:` (popped before pytorch_lightning.Trainer is built).
+OWN_TRAINER_KEYS = {"nan_policy": "stop | skip", "nan_max_in_row": "skip at most this many in a row"}
+
+# Sections whose content is a plug-in's own kwargs: not checked against the shipped keys.
+EXTENSION_POINTS = ("logger", "hydra")
+
+# Bytes per stored feature value (float16) and per parameter in a full-state checkpoint
+# (float32 weights + AdamW's two moments).
+FEATURE_BYTES, CHECKPOINT_BYTES_PER_PARAM = 2, 12
+
+
+class ConfigError(UserError):
+    """One or more config problems; the message lists each with its key and the fix."""
+
+
+def _load_option(path: Path) -> dict:
+    """An option file merged over the options its `defaults:` names in the same group."""
+    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    merged: dict = {}
+    for entry in raw.pop("defaults", None) or []:
+        if isinstance(entry, str) and entry != "_self_":
+            base = path.parent / f"{entry}.yaml"
+            if base.is_file():
+                merged = OmegaConf.to_container(OmegaConf.merge(merged, _load_option(base)))
+    return OmegaConf.to_container(OmegaConf.merge(merged, raw)) if merged else raw
+
+
+@cache
+def _shipped() -> dict:
+    """{'': train.yaml keys (dotted) + every @package _global_ preset's, 'options': {group:
+    {option: (its config, its dotted keys)}}}."""
+    known = {"": set(), "options": {}}
+    top = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "train.yaml"), resolve=False)
+    top.pop("defaults", None)
+    top.pop("hydra", None)
+    known[""] |= set(flatten(top))
+    for path in sorted(CONF_DIR.glob("*/*.yaml")):
+        group, option = path.parent.name, path.stem
+        raw = _load_option(path)
+        glob = path.read_text().lstrip().startswith("# @package _global_")
+        keys = set(flatten(raw)) if glob else {f"{group}.{k}" for k in flatten(raw)}
+        if glob:  # presets that set keys of other groups (real-data presets, experiments)
+            known[""] |= keys
+        known["options"].setdefault(group, {})[option] = (raw.get(group, raw) if glob else raw,
+                                                          keys)
+    return known
+
+
+def _known_keys(cfg: dict) -> set[str]:
+    shipped = _shipped()
+    keys = set(shipped[""])
+    for group, options in shipped["options"].items():
+        for option, (raw, option_keys) in options.items():
+            # attention/decoder/encoder: the chosen option's keys only (its constructor's kwargs)
+            if group in ("attention", "decoder", "encoder"):
+                chosen = (cfg.get(group) or {}).get("name")
+                if raw.get("name") != chosen:
+                    continue
+            keys |= option_keys
+    return keys
+
+
+def _closest(key: str, candidates: set[str]) -> str:
+    match = difflib.get_close_matches(key, sorted(candidates), n=1, cutoff=0.6)
+    return f"; did you mean '{match[0]}'?" if match else ""
+
+
+def _kwargs_of(target: str) -> set[str] | None:
+    try:
+        params = inspect.signature(hydra.utils.get_object(target)).parameters
+    except (ImportError, ValueError, TypeError, AttributeError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return None
+    return set(params)
+
+
+def unknown_keys(cfg: dict) -> list[str]:
+    """Problems for keys nothing reads, each with the closest valid key."""
+    problems = []
+    known = _known_keys(cfg)
+    trainer_keys = set(inspect.signature(pl.Trainer.__init__).parameters) - {"self"}
+    trainer_keys |= set(OWN_TRAINER_KEYS) | {"_target_"}
+    for key in flatten({k: v for k, v in cfg.items() if k not in EXTENSION_POINTS}):
+        section, _, rest = key.partition(".")
+        if section == "trainer":
+            if rest.split(".")[0] not in trainer_keys:
+                problems.append(f"trainer.{rest}: not an argument of pytorch_lightning.Trainer "
+                                f"nor one of ours ({', '.join(OWN_TRAINER_KEYS)})"
+                                + _closest(rest, trainer_keys))
+            continue
+        if section == "optim" and rest.split(".")[0] in ("optimizer", "scheduler"):
+            part, _, arg = rest.partition(".")
+            spec = cfg["optim"][part] or {}
+            allowed = _kwargs_of(spec.get("_target_", "")) if arg not in ("_target_", "_partial_") else None
+            if allowed is not None and arg not in allowed:
+                problems.append(f"optim.{part}.{arg}: {spec['_target_']} takes no '{arg}'"
+                                + _closest(arg, allowed))
+            continue
+        if key not in known:
+            where = f" (valid for {section}={cfg[section].get('name')}: " + ", ".join(
+                sorted(k.partition(".")[2] for k in known if k.startswith(section + "."))) + ")" \
+                if section in ("attention", "decoder", "encoder") and isinstance(cfg.get(section), dict) \
+                else ""
+            problems.append(f"{key}: unknown key, read by nothing{where}" + _closest(key, known))
+    return problems
+
+
+def _number(cfg: dict, dotted: str):
+    value = cfg
+    for part in dotted.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+# (key, test, what it must be). Keys that are absent are not checked.
+RULES = [
+    ("decode.beam_size", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1 (1 = greedy)"),
+    ("decode.max_len", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    ("decode.alpha", lambda v: v >= 0, ">= 0 (0 ranks by log-probability)"),
+    ("decode.block_ngram", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0 (0 = off)"),
+    ("trainer.max_epochs", lambda v: isinstance(v, int) and v >= 1,
+     "an integer >= 1 (the one-cycle schedule needs a finite length; -1 = endless is not offered)"),
+    ("trainer.nan_policy", lambda v: v in ("stop", "skip"), "stop or skip"),
+    ("trainer.nan_max_in_row", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0"),
+    ("optim.optimizer.lr", lambda v: v > 0, "> 0"),
+    ("optim.optimizer.weight_decay", lambda v: v >= 0, ">= 0"),
+    ("optim.label_smoothing", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("data.batch_size", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    ("data.eval_batch_size", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    ("data.num_workers", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0"),
+    ("data.max_caption_len", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    ("data.min_word_freq", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    ("data.synthetic.num_train", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    ("data.synthetic.num_val", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    ("data.synthetic.num_test", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    ("data.synthetic.image_size", lambda v: isinstance(v, int) and v >= 32, "an integer >= 32"),
+    ("encoder.image_size", lambda v: isinstance(v, int) and v >= 32,
+     "an integer >= 32 (the ResNet's stride)"),
+    ("encoder.batch_size", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    ("encoder.num_workers", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0"),
+    ("checkpoint.every_n_steps", lambda v: isinstance(v, int) and v >= 0,
+     "an integer >= 0 (0: at epoch ends only)"),
+    ("checkpoint.mode", lambda v: v in ("min", "max"), "min or max"),
+]
+
+
+def bad_values(cfg: dict) -> list[str]:
+    problems = []
+    for key, ok, must in RULES:
+        value = _number(cfg, key)
+        if value is None:
+            continue
+        try:
+            good = not isinstance(value, bool) and ok(value)
+        except TypeError:
+            good = False
+        if not good:
+            problems.append(f"{key}={value!r}: must be {must}")
+    enc = cfg.get("encoder") or {}
+    if enc.get("name") in ENCODERS:
+        width = encoder_dim(enc["name"])
+        pca = enc.get("pca_dim")
+        if pca is not None and not (isinstance(pca, int) and 1 <= pca <= width):
+            problems.append(f"encoder.pca_dim={pca!r}: must be null or 1..{width} ({enc['name']} "
+                            f"features are {width}-d)")
+    return problems
+
+
+def model_problems(cfg: dict) -> tuple[list[str], int]:
+    """Build the model on the meta device (no memory, no init): every constructor check (an
+    attention mode that needs equal widths, a bad option value) runs now. -> (problems, params)."""
+    try:
+        with torch.device("meta"):
+            model = build_captioner(cfg, vocab_size=1000)
+    except (ValueError, TypeError, KeyError) as err:
+        return [f"attention={cfg['attention'].get('name')} decoder={cfg['decoder'].get('name')} "
+                f"encoder={cfg['encoder'].get('name')}: {err}"], 0
+    return [], sum(p.numel() for p in model.parameters())
+
+
+def _free_bytes(path: Path) -> int:
+    path = path.resolve()
+    while not path.exists():
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def _size(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def file_problems(cfg: dict, params: int) -> list[str]:
+    """Weights present, output dir writable, room on disk for checkpoints (and, for the built-in
+    dataset, its feature store)."""
+    problems = []
+    enc = cfg.get("encoder") or {}
+    if enc.get("pretrained") and enc.get("name") in ENCODERS:
+        try:
+            find_weights(enc["name"], enc.get("weights_path"))
+        except FileNotFoundError as err:
+            problems.append(str(err))
+    if cfg.get("init_from") and not Path(cfg["init_from"]).expanduser().is_file():
+        problems.append(f"init_from={cfg['init_from']}: no such file (a *.ckpt written by train.py)")
+    if cfg.get("resume") and cfg.get("init_from"):
+        problems.append("resume and init_from together: resume continues a run (its weights "
+                        "included); init_from starts a new one from a checkpoint. Pick one.")
+    out = Path((cfg.get("paths") or {}).get("output_dir") or ".")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out):
+            pass
+    except OSError as err:
+        problems.append(f"paths.output_dir={out}: not writable ({err.strerror or err}); run from "
+                        "a writable directory or set paths.log_dir=/writable/dir")
+        return problems
+    # last.ckpt + best.ckpt + one temp file while either is rewritten, + 50 MiB of logs.
+    need = 3 * params * CHECKPOINT_BYTES_PER_PARAM + 50 * 2**20
+    if (free := _free_bytes(out)) < need:
+        problems.append(f"paths.output_dir={out}: {_size(free)} free, the run needs about "
+                        f"{_size(need)} (3 checkpoints of {params:,} parameters + logs)")
+    syn = (cfg.get("data") or {}).get("synthetic")
+    if syn and enc.get("name") in ENCODERS and enc.get("image_size"):
+        images = syn["num_train"] + syn["num_val"] + syn["num_test"]
+        cells = (enc["image_size"] // 32) ** 2
+        need = images * cells * encoder_dim(enc["name"]) * FEATURE_BYTES
+        cache = Path(cfg["data"].get("cache_dir") or out)
+        if (free := _free_bytes(cache)) < need:
+            problems.append(f"data.cache_dir={cache}: {_size(free)} free, the feature store of "
+                            f"{images} images needs about {_size(need)}")
+    return problems
+
+
+def check_config(cfg: dict) -> None:
+    """Raise ConfigError listing every problem found from the resolved config alone."""
+    problems = unknown_keys(cfg) + bad_values(cfg)
+    model, params = model_problems(cfg) if not problems else ([], 0)
+    problems += model
+    if not problems:
+        problems += file_problems(cfg, params)
+    if problems:
+        raise ConfigError("bad config (nothing was started):\n  - " + "\n  - ".join(problems))
+

@@ -1,0 +1,129 @@
+"""The bad-config corpus: every mistake the config alone shows fails in train() with one clear
+sentence naming the key, before any data work (a spy on the data preparation entry points
+proves nothing started). The README's "Troubleshooting" section lists the same cases."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from captioning.lit import train
+from captioning.lit.config_check import ConfigError, check_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def no_data_work(monkeypatch):
+    """Fails the test if data generation, feature extraction or loading starts."""
+    from captioning.lit import datamodule
+
+    calls = []
+    for name in ("load_records_and_features", "prepare_data"):
+        monkeypatch.setattr(datamodule, name, lambda *a, _n=name, **k: calls.append(_n))
+    yield calls
+    assert calls == [], f"data work started: {calls}"
+
+
+CASES = {  # name: (overrides, the message it must give)
+    "typo_in_a_section_name": (["+atention.dim=5"], r"atention\.dim: unknown key"),
+    "key_the_attention_mode_does_not_have": (
+        ["+attention.dim=5"],
+        r"attention\.dim: unknown key.*valid for attention=additive: attn_dim, init, name"),
+    "trainer_typo_gets_the_closest_argument": (
+        ["+trainer.acumulate_grad_batches=2"],
+        r"not an argument of pytorch_lightning.Trainer.*'accumulate_grad_batches'"),
+    "optimizer_kwarg_checked_against_its_class": (
+        ["+optim.optimizer.betas2=[0.9,0.99]"],
+        r"optim\.optimizer\.betas2: torch.optim.AdamW takes no 'betas2'.*'betas'"),
+    "beam_size_zero": (["decode.beam_size=0"], r"decode\.beam_size=0: must be an integer >= 1"),
+    "negative_epochs": (["trainer.max_epochs=-1"], r"trainer\.max_epochs=-1: must be an integer >= 1"),
+    "negative_learning_rate": (["optim.optimizer.lr=-0.1"], r"optim\.optimizer\.lr=-0.1: must be > 0"),
+    "zero_batch_size": (["data.batch_size=0"], r"data\.batch_size=0: must be an integer >= 1"),
+    "pca_wider_than_the_features": (
+        ["encoder.pca_dim=99999"],
+        r"encoder\.pca_dim=99999: must be null or 1\.\.512 \(resnet18 features are 512-d\)"),
+    "attention_that_needs_equal_widths": (
+        ["attention=dot", "attention.project=none"],
+        r"attention=dot decoder=lstm encoder=resnet18: .*project"),
+    "bad_nan_policy": (["trainer.nan_policy=ignore"], r"trainer\.nan_policy='ignore': must be stop or skip"),
+    "init_from_a_missing_file": (
+        ["init_from=/nonexistent/x.ckpt"], r"init_from=/nonexistent/x\.ckpt: no such file"),
+    "resume_and_init_from_together": (
+        ["resume=auto", "init_from=/nonexistent/x.ckpt"], r"resume and init_from together"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_config_fails_before_any_work(case, tiny_cfg, no_data_work):
+    overrides, message = CASES[case]
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match=message):
+        train(tiny_cfg(*overrides))
+    assert time.perf_counter() - start < 5
+
+
+def test_every_problem_is_listed_at_once(tiny_cfg, no_data_work):
+    with pytest.raises(ConfigError) as err:
+        train(tiny_cfg("decode.beam_size=0", "data.batch_size=0", "+atention.dim=5"))
+    assert str(err.value).count("\n  - ") == 3
+
+
+def test_real_extension_points_are_accepted(tiny_cfg):
+    from omegaconf import OmegaConf
+
+    cfg = tiny_cfg("+trainer.accumulate_grad_batches=2", "+optim.optimizer.betas=[0.9,0.99]",
+                   "+logger.mine._target_=pytorch_lightning.loggers.CSVLogger")
+    check_config(OmegaConf.to_container(cfg, resolve=True))
+
+
+def test_pretrained_weights_absent(tiny_cfg, no_data_work, monkeypatch, tmp_path):
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "hub"))
+    with pytest.raises(ConfigError, match="no ImageNet weights for resnet18.*encoder.weights_path"):
+        train(tiny_cfg("encoder.pretrained=true"))
+
+
+def test_output_dir_not_writable(tiny_cfg, no_data_work, tmp_path):
+    from omegaconf import open_dict
+
+    (tmp_path / "a_file").write_text("")
+    cfg = tiny_cfg()
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(tmp_path / "a_file" / "run")
+    with pytest.raises(ConfigError, match="paths.output_dir=.*a_file/run: not writable"):
+        train(cfg)
+
+
+def test_disk_too_small_shows_the_estimate(tiny_cfg, no_data_work, monkeypatch):
+    from collections import namedtuple
+
+    from captioning.lit import config_check
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(config_check.shutil, "disk_usage", lambda p: usage(10**9, 10**9, 2**20))
+    with pytest.raises(ConfigError, match=r"1 MiB free, the run needs about \d+ MiB \(3 checkpoints"):
+        train(tiny_cfg())
+
+
+def test_resume_auto_without_an_earlier_run(tiny_cfg, no_data_work):
+    with pytest.raises(ConfigError, match="resume=auto: no run under .* has this config's hash"):
+        train(tiny_cfg("resume=auto"))
+
+
+def test_a_bad_config_on_the_command_line_costs_seconds(tmp_path):
+    """The whole command, Python start-up included: one clear message, a non-zero exit."""
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "train.py", "decode.beam_size=0", f"paths.log_dir={tmp_path}",
+         f"paths.data_dir={tmp_path / 'data'}", "logger=none"],
+        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "HYDRA_FULL_ERROR": "0"})
+    elapsed = time.perf_counter() - start
+    assert proc.returncode == 2
+    assert "decode.beam_size=0: must be an integer >= 1" in proc.stderr
+    assert "Traceback" not in proc.stderr  # a user's mistake, not a crash
+    assert not (tmp_path / "data").exists()  # nothing generated
+    assert elapsed < 15, f"{elapsed:.1f} s"

@@ -1,0 +1,192 @@
+"""Nothing lost: a run killed with SIGKILL (mid-epoch, or in the middle of a checkpoint write)
+and resumed trains on exactly the batches the uninterrupted run trains on and ends with
+bitwise-equal weights and equal test metrics (CPU, same machine)."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from captioning.checkpoint import read_checkpoint
+
+DRIVER = Path(__file__).with_name("resume_driver.py")
+# Two epochs of 24 steps (96 images, batch 4), dropout 0.3, shuffled; last.ckpt every 5 steps.
+RUN = ["trainer.max_epochs=2", "checkpoint.every_n_steps=5", "decode.beam_size=1"]
+
+
+def _start(out: Path, data: Path, log: Path, *extra: str, env: dict | None = None):
+    return subprocess.Popen(
+        [sys.executable, str(DRIVER), str(out), str(data), str(log), *RUN, *extra],
+        env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True)
+
+
+def _finish(proc) -> None:
+    output, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, output[-3000:]
+
+
+def _kill_when(proc, ready, what: str) -> None:
+    deadline = time.time() + 300
+    while not ready():
+        assert proc.poll() is None, f"finished before {what}: " + proc.communicate()[0][-2000:]
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+
+
+def _steps(log: Path) -> tuple[dict[int, list], list[int]]:
+    """({step: images}, steps trained again after a resume on other images than the first
+    time): the steps between the last checkpoint and the kill are replayed."""
+    seen: dict[int, list] = {}
+    replayed_differently = []
+    for line in log.read_text().splitlines():
+        row = json.loads(line)
+        if seen.setdefault(row["step"], row["images"]) != row["images"]:
+            replayed_differently.append(row["step"])
+    return seen, replayed_differently
+
+
+def _last_step(log: Path) -> int:
+    return max((json.loads(x)["step"] for x in log.read_text().splitlines()), default=-1)
+
+
+def differences(reference: Path, resumed: Path) -> list[str]:
+    """What differs between two finished runs (each dir holds steps.jsonl and run/)."""
+    out = []
+    (a, _), (b, replays) = _steps(reference / "steps.jsonl"), _steps(resumed / "steps.jsonl")
+    if bad := sorted({k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} | set(replays)):
+        out.append(f"batches differ at steps {bad[:10]}")
+    wa = read_checkpoint(reference / "run" / "checkpoints" / "last.ckpt")["state_dict"]
+    wb = read_checkpoint(resumed / "run" / "checkpoints" / "last.ckpt")["state_dict"]
+    if diff := [k for k in wa if not torch.equal(wa[k], wb[k])]:
+        out.append(f"weights differ: {diff[:5]}")
+    ra = json.loads((reference / "run" / "results.json").read_text())
+    rb = json.loads((resumed / "run" / "results.json").read_text())
+    metrics = [k for k in ra if k.startswith("test/")]
+    if diff := [k for k in metrics if ra[k] != rb[k]]:
+        out.append(f"test metrics differ: {diff}")
+    return out
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, data_dir) -> Path:
+    root = tmp_path_factory.mktemp("uninterrupted")
+    _finish(_start(root / "run", data_dir, root / "steps.jsonl"))
+    return root
+
+
+@pytest.fixture(scope="module")
+def killed_mid_epoch(tmp_path_factory, data_dir, uninterrupted) -> Path:
+    """Killed in epoch 2 (step >= 30 of 48), after at least one step checkpoint of that epoch."""
+    root = tmp_path_factory.mktemp("killed")
+    log = root / "steps.jsonl"
+    proc = _start(root / "run", data_dir, log, env={"SLOW_AFTER_STEP": "28"})
+    _kill_when(proc, lambda: log.exists() and _last_step(log) >= 31, "step 31")
+    assert read_checkpoint(root / "run" / "checkpoints" / "last.ckpt")["global_step"] == 30
+    return root
+
+
+def test_killed_mid_epoch_resumes_exactly(killed_mid_epoch, uninterrupted, data_dir, tmp_path):
+    resumed = tmp_path / "resumed"
+    shutil.copytree(killed_mid_epoch, resumed)
+    _finish(_start(tmp_path / "fresh", data_dir, resumed / "steps.jsonl",
+                   f"resume={resumed / 'run'}"))
+    assert differences(uninterrupted, resumed) == []
+    results = json.loads((resumed / "run" / "results.json").read_text())
+    assert results["resumed"] == 1
+    assert (resumed / "run" / "run.json").is_file()
+
+
+def test_negative_control_resume_without_loader_position_differs(
+        killed_mid_epoch, uninterrupted, data_dir, tmp_path):
+    """The same resume without restoring the loader's position: the batch check catches it."""
+    resumed = tmp_path / "forgetful"
+    shutil.copytree(killed_mid_epoch, resumed)
+    _finish(_start(tmp_path / "fresh", data_dir, resumed / "steps.jsonl",
+                   f"resume={resumed / 'run'}", env={"NO_POSITION_RESTORE": "1"}))
+    problems = differences(uninterrupted, resumed)
+    assert any(p.startswith("batches differ") for p in problems), problems
+
+
+def test_killed_during_a_checkpoint_write_keeps_the_previous_one(
+        uninterrupted, data_dir, tmp_path):
+    """And resume=auto finds the run: the newest under <log_dir>/train/ with this config's hash."""
+    logs = tmp_path / "logs"
+    run, log = logs / "train" / "runs" / "killed", tmp_path / "steps.jsonl"
+    proc = _start(run, data_dir, log, f"paths.log_dir={logs}", env={"HANG_IN_SAVE_AT_STEP": "20"})
+    _kill_when(proc, lambda: Path(str(log) + ".saving").exists(), "the step-20 checkpoint write")
+    checkpoints = run / "checkpoints"
+    assert read_checkpoint(checkpoints / "last.ckpt")["global_step"] == 15  # whole, the old one
+    assert list(checkpoints.glob(".last.ckpt.*.tmp"))  # the half-written file never replaced it
+    _finish(_start(logs / "train" / "runs" / "again", data_dir, log, f"paths.log_dir={logs}",
+                   "resume=auto"))
+    shutil.copy(log, run.parent / "steps.jsonl")  # differences() reads <dir>/steps.jsonl, <dir>/run
+    (run.parent / "run").symlink_to(run)
+    assert differences(uninterrupted, run.parent) == []
+
+
+def _image_at_step(uninterrupted: Path, step: int) -> int:
+    return _steps(uninterrupted / "steps.jsonl")[0][step][0]
+
+
+def test_a_poisoned_batch_stops_the_run_and_keeps_the_last_good_checkpoint(
+        uninterrupted, data_dir, tmp_path):
+    poison = _image_at_step(uninterrupted, 12)  # its batch is step 12 of epoch 1 (and 2)
+    proc = _start(tmp_path / "run", data_dir, tmp_path / "steps.jsonl",
+                  env={"POISON_IMAGE": str(poison)})
+    output, _ = proc.communicate(timeout=600)
+    assert proc.returncode != 0
+    assert "non-finite loss or gradient (loss nan) at step 12, epoch 0" in output
+    assert "Image ids in the batch:" in output and "resume=<run dir>" in output
+    last = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    assert last["global_step"] == 10  # the last good one, intact and loadable
+    assert all(torch.isfinite(w).all() for w in last["state_dict"].values())
+
+
+def test_nan_policy_skip_finishes_and_counts(uninterrupted, data_dir, tmp_path):
+    poison = _image_at_step(uninterrupted, 12)
+    _finish(_start(tmp_path / "run", data_dir, tmp_path / "steps.jsonl",
+                   "trainer.nan_policy=skip", env={"POISON_IMAGE": str(poison)}))
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["nonfinite_skipped_batches"] == 2  # the image's batch in each epoch
+    assert results["test/bleu1"] > 0.2
+    last = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    assert all(torch.isfinite(w).all() for w in last["state_dict"].values())
+
+
+def test_resume_with_another_config_is_refused_with_the_keys(uninterrupted, tiny_cfg, monkeypatch):
+    from captioning.lit import datamodule, train
+    from captioning.lit.config_check import ConfigError
+
+    monkeypatch.setattr(datamodule, "prepare_data", lambda *a, **k: pytest.fail("data work"))
+    with pytest.raises(ConfigError, match=r"(?s)only a larger trainer.max_epochs.*"
+                                          r"optim.optimizer.lr: 0.005 -> 0.001.*seed: 0 -> 1"):
+        train(tiny_cfg(*RUN, f"resume={uninterrupted / 'run'}", "seed=1", "optim.optimizer.lr=1e-3"))
+
+
+def test_resume_a_finished_run_with_more_epochs_replans_the_schedule(
+        uninterrupted, data_dir, tmp_path):
+    """The one allowed change: a larger max_epochs trains the extra epoch in the same run dir
+    (and run.json), with the one-cycle schedule stretched to the new length."""
+    run = tmp_path / "logs" / "train" / "runs" / "first"
+    shutil.copytree(uninterrupted / "run", run)
+    shutil.copy(uninterrupted / "steps.jsonl", tmp_path / "steps.jsonl")
+    _finish(_start(tmp_path / "logs" / "train" / "runs" / "second", data_dir,
+                   tmp_path / "steps.jsonl", f"resume={run}", "trainer.max_epochs=3"))
+    steps, replays = _steps(tmp_path / "steps.jsonl")
+    assert sorted(steps) == list(range(72)) and replays == []
+    last = read_checkpoint(run / "checkpoints" / "last.ckpt")
+    assert last["global_step"] == 72 and last["epoch"] == 2
+    scheduler = last["lr_schedulers"][0]
+    assert scheduler["total_steps"] == 72 and scheduler["last_epoch"] == 72
+    assert json.loads((run / "results.json").read_text())["resumed"] == 1
