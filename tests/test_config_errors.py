@@ -43,8 +43,9 @@ def test_every_config_composes_and_builds(group, option, tmp_path):
 
         loggers = build_loggers(OmegaConf.to_container(cfg.logger, resolve=True))
         kinds = sorted(type(lg).__name__ for lg in loggers)
-        expected = {"none": [], "csv": ["CSVLogger"], "tensorboard": ["TensorBoardLogger"],
-                    "wandb": ["WandbLogger"], "all": ["CSVLogger", "TensorBoardLogger", "WandbLogger"]}
+        csv = "ResumableCSVLogger"
+        expected = {"none": [], "csv": [csv], "tensorboard": ["TensorBoardLogger"],
+                    "wandb": ["WandbLogger"], "all": [csv, "TensorBoardLogger", "WandbLogger"]}
         assert kinds == expected[option]
         for lg in loggers:
             if type(lg).__name__ == "WandbLogger":

@@ -190,3 +190,51 @@ def test_resume_a_finished_run_with_more_epochs_replans_the_schedule(
     scheduler = last["lr_schedulers"][0]
     assert scheduler["total_steps"] == 72 and scheduler["last_epoch"] == 72
     assert json.loads((run / "results.json").read_text())["resumed"] == 1
+
+
+def test_init_from_starts_a_new_run_from_the_weights(uninterrupted, tiny_cfg, tmp_path):
+    """A new run (its own dir, step 0) from a checkpoint's weights: with a vanishing learning
+    rate its weights stay those of the checkpoint; the file's content is in the config hash."""
+    from captioning.lit import train
+    from captioning.provenance import config_hash
+
+    source = uninterrupted / "run" / "checkpoints" / "last.ckpt"
+    cfg = tiny_cfg(*RUN, "trainer.max_epochs=1", f"init_from={source}", "optim.optimizer.lr=1e-12")
+    results = train(cfg)
+    start = read_checkpoint(source)["state_dict"]
+    end = read_checkpoint(Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt")
+    assert end["global_step"] == 24 and results["resumed"] == 0
+    assert all(torch.allclose(start[k], end["state_dict"][k], atol=1e-6) for k in start)
+
+    from omegaconf import OmegaConf
+
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    copy = tmp_path / "elsewhere.ckpt"
+    shutil.copy(source, copy)
+    assert config_hash({**plain, "init_from": str(copy)}) == results["config_hash"]  # content
+    assert config_hash({**plain, "init_from": None}) != results["config_hash"]
+
+
+def test_an_interrupted_write_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
+    """A full disk (ENOSPC) in the middle of a write: the error propagates, the previous file
+    is untouched and no temp file is left."""
+    import errno
+
+    from captioning.lit.checkpointing import AtomicCheckpointIO
+
+    io = AtomicCheckpointIO()
+    target = tmp_path / "last.ckpt"
+    io.save_checkpoint({"state_dict": {"w": torch.ones(3)}, "global_step": 1}, target)
+
+    def full_disk(checkpoint, f):
+        f.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(AtomicCheckpointIO, "_write", staticmethod(full_disk))
+    with pytest.raises(OSError, match="No space left"):
+        io.save_checkpoint({"state_dict": {"w": torch.zeros(3)}, "global_step": 2}, target)
+    assert read_checkpoint(target)["global_step"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+    from captioning.lit.checkpointing import _UMASK
+
+    assert target.stat().st_mode & 0o777 == 0o666 & ~_UMASK  # a normal file, not mkstemp's 0600

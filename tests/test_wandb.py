@@ -142,3 +142,22 @@ def test_unreachable_server_falls_back_offline_and_keys_stay_out(tiny_cfg, wandb
     for path in out.rglob("*"):
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), path
+
+
+def test_a_resumed_run_continues_its_wandb_run(tiny_cfg):
+    """resume: the same wandb run id (offline: a second offline-run dir with that id, which
+    `wandb sync` uploads into the one run), and TensorBoard/CSV keep their folders."""
+    import json
+
+    cfg = tiny_cfg("logger=all", "trainer.max_epochs=1", "decode.beam_size=1")
+    train(cfg)
+    out = Path(cfg.paths.output_dir)
+    first = json.loads((out / "run.json").read_text())["wandb_id"]
+    train(tiny_cfg("logger=all", "trainer.max_epochs=2", "decode.beam_size=1", f"resume={out}"))
+    assert json.loads((out / "run.json").read_text())["wandb_id"] == first
+    runs = sorted((out / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and all(r.name.endswith(f"-{first}") for r in runs)
+    import csv
+
+    rows = list(csv.DictReader((out / "csv" / "metrics.csv").open()))
+    assert {r["epoch"] for r in rows if r.get("val/bleu4")} == {"0", "1"}  # one file, both epochs

@@ -3,6 +3,7 @@ otherwise, never fatal), TensorBoard and CSV, any number at once."""
 
 from __future__ import annotations
 
+import csv
 import logging
 import netrc
 import os
@@ -11,7 +12,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import hydra
-from pytorch_lightning.loggers import Logger, WandbLogger
+from pytorch_lightning.loggers import CSVLogger, Logger, WandbLogger
+from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +94,27 @@ def wandb_logger(
     logger = WandbLogger(experiment=run, save_dir=save_dir, log_model=False)
     logger.log_model_artifact = log_model  # read by train()
     return logger
+
+
+class _AppendingWriter(ExperimentWriter):
+    """Lightning's CSV writer deletes an existing metrics.csv; a resumed run appends to it
+    (starting from its header, so old and new rows share the columns)."""
+
+    def _check_log_dir_exists(self) -> None:
+        if self._fs.isfile(self.metrics_file_path):
+            with self._fs.open(self.metrics_file_path, "r", newline="") as f:
+                self.metrics_keys = next(csv.reader(f), [])
+
+
+class ResumableCSVLogger(CSVLogger):
+    """pytorch_lightning's CSVLogger, appending to the run's metrics.csv when it exists."""
+
+    @property
+    def experiment(self) -> ExperimentWriter:
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = _AppendingWriter(log_dir=self.log_dir)
+        return self._experiment
 
 
 def build_loggers(cfg: Mapping | None) -> list[Logger]:
