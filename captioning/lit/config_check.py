@@ -35,9 +35,9 @@ OWN_TRAINER_KEYS = {"nan_policy": "stop | skip", "nan_max_in_row": "skip at most
 # Sections whose content is a plug-in's own kwargs: not checked against the shipped keys.
 EXTENSION_POINTS = ("logger", "hydra")
 
-# Bytes per stored feature value (float16) and per parameter in a full-state checkpoint
-# (float32 weights + AdamW's two moments).
-FEATURE_BYTES, CHECKPOINT_BYTES_PER_PARAM = 2, 12
+# Bytes per stored feature value (float16); per trainable parameter in a full-state checkpoint
+# (float32 weights + AdamW's two moments) and per buffer value (the normaliser's, float32).
+FEATURE_BYTES, CHECKPOINT_BYTES_PER_PARAM, CHECKPOINT_BYTES_PER_BUFFER = 2, 12, 4
 
 
 class ConfigError(UserError):
@@ -202,14 +202,17 @@ def bad_values(cfg: dict) -> list[str]:
 
 def model_problems(cfg: dict) -> tuple[list[str], int]:
     """Build the model on the meta device (no memory, no init): every constructor check (an
-    attention mode that needs equal widths, a bad option value) runs now. -> (problems, params)."""
+    attention mode that needs equal widths, a bad option value) runs now.
+    -> (problems, bytes of one full-state checkpoint, estimated)."""
     try:
         with torch.device("meta"):
             model = build_captioner(cfg, vocab_size=1000)
     except (ValueError, TypeError, KeyError) as err:
         return [f"attention={cfg['attention'].get('name')} decoder={cfg['decoder'].get('name')} "
                 f"encoder={cfg['encoder'].get('name')}: {err}"], 0
-    return [], sum(p.numel() for p in model.parameters())
+    params = sum(p.numel() for p in model.parameters())
+    buffers = sum(b.numel() for b in model.buffers())
+    return [], params * CHECKPOINT_BYTES_PER_PARAM + buffers * CHECKPOINT_BYTES_PER_BUFFER
 
 
 def _free_bytes(path: Path) -> int:
@@ -223,7 +226,7 @@ def _size(n: float) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
-def file_problems(cfg: dict, params: int) -> list[str]:
+def file_problems(cfg: dict, checkpoint_bytes: int) -> list[str]:
     """Weights present, output dir writable, room on disk for checkpoints (and, for the built-in
     dataset, its feature store)."""
     problems = []
@@ -248,10 +251,10 @@ def file_problems(cfg: dict, params: int) -> list[str]:
                         "a writable directory or set paths.log_dir=/writable/dir")
         return problems
     # last.ckpt + best.ckpt + one temp file while either is rewritten, + 50 MiB of logs.
-    need = 3 * params * CHECKPOINT_BYTES_PER_PARAM + 50 * 2**20
+    need = 3 * checkpoint_bytes + 50 * 2**20
     if (free := _free_bytes(out)) < need:
         problems.append(f"paths.output_dir={out}: {_size(free)} free, the run needs about "
-                        f"{_size(need)} (3 checkpoints of {params:,} parameters + logs)")
+                        f"{_size(need)} (3 checkpoints of {_size(checkpoint_bytes)} + logs)")
     syn = (cfg.get("data") or {}).get("synthetic")
     if syn and enc.get("name") in ENCODERS and enc.get("image_size"):
         images = syn["num_train"] + syn["num_val"] + syn["num_test"]
@@ -267,10 +270,10 @@ def file_problems(cfg: dict, params: int) -> list[str]:
 def check_config(cfg: dict) -> None:
     """Raise ConfigError listing every problem found from the resolved config alone."""
     problems = unknown_keys(cfg) + bad_values(cfg)
-    model, params = model_problems(cfg) if not problems else ([], 0)
+    model, checkpoint_bytes = model_problems(cfg) if not problems else ([], 0)
     problems += model
     if not problems:
-        problems += file_problems(cfg, params)
+        problems += file_problems(cfg, checkpoint_bytes)
     if problems:
         raise ConfigError("bad config (nothing was started):\n  - " + "\n  - ".join(problems))
 

@@ -68,9 +68,9 @@ class CaptioningModule(pl.LightningModule):
         were; the schedule still advances), stopping after nan_max_in_row in a row. The one
         .item() here is a host sync per step, the price of never stepping on a NaN."""
         grads = [p.grad for p in self.parameters() if p.grad is not None]
-        norms = torch._foreach_norm(grads) if grads else []
-        finite = torch.isfinite(torch.stack([self._loss, *[n.to(self._loss.device) for n in norms]]))
-        if bool(finite.all().item()):
+        norm = torch.nn.utils.get_total_norm(grads) if grads else self._loss.new_zeros(())
+        # NaN/Inf anywhere makes the total norm NaN/Inf: one reduction, one sync.
+        if bool(torch.isfinite(self._loss + norm.to(self._loss.device)).item()):
             self._nonfinite_in_row = 0
             return
         self._nonfinite_in_row += 1

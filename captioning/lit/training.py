@@ -13,6 +13,7 @@ import pytorch_lightning as pl
 from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.callbacks import LearningRateMonitor
 from pytorch_lightning.loggers import WandbLogger
+from pytorch_lightning.utilities import rank_zero_only
 
 from ..models.attention import cross_attention_modules
 from ..models.captioner import resolved_attention
@@ -44,7 +45,8 @@ def train(cfg: DictConfig) -> dict:
         log.info("resuming %s from %s (epoch %s, step %s)", run, resume_ckpt.name,
                  ckpt.get("epoch"), ckpt.get("global_step"))
         del ckpt
-        adopt_run_dir(out, run)
+        if rank_zero_only.rank == 0:  # DDP children share the dir: one process moves it
+            adopt_run_dir(out, run)
         with open_dict(cfg):
             cfg.paths.output_dir = str(run)  # loggers, checkpoints, results: the run's own dir
         plain, out = _plain(cfg), run
