@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import hydra
 import pytorch_lightning as pl
 import torch
@@ -213,5 +215,9 @@ def replan_one_cycle(scheduler: torch.optim.lr_scheduler.OneCycleLR, total: int)
     for phase in scheduler._schedule_phases:
         phase["end_step"] = (phase["end_step"] + 1) * total / old - 1
     scheduler.total_steps = total
-    for group, lr in zip(scheduler.optimizer.param_groups, scheduler.get_lr()):
+    with warnings.catch_warnings():  # get_lr() outside step() warns; here it is the point
+        warnings.simplefilter("ignore", UserWarning)
+        lrs = scheduler.get_lr()
+    for group, lr in zip(scheduler.optimizer.param_groups, lrs):
         group["lr"] = lr
+    scheduler._last_lr = list(lrs)
