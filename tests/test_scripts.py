@@ -127,18 +127,55 @@ def test_clear_errors_for_missing_and_incompatible_checkpoints(run_dir, tmp_path
     assert proc.returncode != 0 and "checkpoint not found" in proc.stderr
 
 
-def test_ddp_two_cpu_processes_gather_every_test_image(data_dir, tmp_path):
-    """Lightning DDP (gloo, 2 processes): each image is decoded and scored exactly once."""
+def test_ddp_two_cpu_processes_equal_one_process_on_the_same_checkpoint(tmp_path):
+    """Lightning DDP (gloo, 2 processes), cold cache, 25 test images (odd: the sampler pads):
+    features are extracted once; one run dir, one checkpoint set, one results.json; validation
+    and test scores (BLEU and attention statistics) equal one process decoding the same
+    checkpoint: every image decoded and counted exactly once."""
+    import csv
+
+    import torch
     from conftest import TINY
 
+    from captioning.evaluation import evaluate_checkpoint
+    from captioning.models.attention import attention_stats
+    from captioning.predict import Predictor
+
+    data, run = tmp_path / "data", tmp_path / "run"
     args = [a for a in TINY if not a.startswith("logger=")] + [
         "trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu", "trainer.max_epochs=1",
         "decoder.embed_dim=32", "decoder.hidden_dim=32", "logger=csv", "decode.beam_size=2",
-        f"paths.data_dir={data_dir}", f"hydra.run.dir={tmp_path}",
+        "data.synthetic.num_test=25", f"paths.data_dir={data}", f"hydra.run.dir={run}",
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, str(ROOT / "train.py"), *args], check=True, cwd=ROOT, env=env,
-                   capture_output=True, text=True, timeout=600)
-    preds = json.loads((tmp_path / "predictions.json").read_text())
-    assert len(preds) == 24 and len({p["image_id"] for p in preds}) == 24
-    assert json.loads((tmp_path / "results.json").read_text())["decode/beam_size"] == 2
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), *args], check=True, cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+    log = proc.stdout + proc.stderr
+    assert log.count("features: extracting") == 1, log[-3000:]  # one rank built, one waited
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
+    assert len(list(tmp_path.rglob("results.json"))) == 1
+    results = json.loads((run / "results.json").read_text())
+    preds = json.loads((run / "predictions.json").read_text())
+    assert len(preds) == 25 and len({p["image_id"] for p in preds}) == 25
+
+    best = run / "checkpoints" / "best.ckpt"
+    one, one_preds, _ = evaluate_checkpoint(best, "test", meteor=False)
+    assert one_preds == preds
+    assert one["test/bleu4"] == pytest.approx(results["test/bleu4"], abs=1e-12)
+    predictor = Predictor.load(best)
+    from captioning.data.prepare import load_features
+
+    features = load_features(predictor.cfg["data"], predictor.cfg["encoder"])
+    for split, stage in (("test", results), ("val", None)):
+        indices = features.split_indices(split)
+        if stage is None:  # validation: greedy, logged to metrics.csv by the 2 ranks
+            predictor = Predictor.load(best, {"beam_size": 1})
+            rows = list(csv.DictReader((run / "csv" / "metrics.csv").open()))
+            stage = {k: float(v) for r in rows for k, v in r.items() if k.startswith("val/") and v}
+            val, _, _ = evaluate_checkpoint(best, "val", {"beam_size": 1}, meteor=False)
+            assert val["val/bleu4"] == pytest.approx(stage["val/bleu4"], rel=1e-6)  # float32 log
+        captions = predictor(features.raw_features(indices))
+        stats = attention_stats(torch.cat([c.steps for c in captions]))
+        prefix = split + "/"
+        for key, value in stats.items():
+            assert stage[prefix + key] == pytest.approx(value, rel=1e-5), key

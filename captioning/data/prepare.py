@@ -8,6 +8,7 @@ model normalises each batch itself, so no normalised or filtered copy of the dat
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,11 +112,37 @@ def read_features(located: Located) -> tuple[LazyFeatures, list[str]]:
                    for r, why in zip(located.records, reasons)]
 
 
+@contextmanager
+def preparing(cache_dir: str | Path):
+    """One process at a time prepares data (generates the built-in dataset, builds a feature
+    store) under this cache dir: DDP ranks, torchrun workers, parallel sweep jobs sharing a
+    cache. The others wait here, then find everything built. An advisory lock on
+    <cache_dir>/.prepare.lock (POSIX; on a shared filesystem it needs working flock)."""
+    try:
+        import fcntl
+    except ImportError:  # no POSIX locks (Windows): one process per cache is the user's job
+        yield
+        return
+    path = Path(cache_dir) / ".prepare.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("data: another process is preparing data under %s; waiting for it", cache_dir)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def load_records_and_features(data_cfg: dict, enc_cfg: dict):
-    """Records, raw features and reasons (locate_dataset, then read_features); run once per
-    machine (Lightning's prepare_data)."""
-    located = locate_dataset(data_cfg, enc_cfg)
-    return (located.records, *read_features(located))
+    """Records, raw features and reasons (locate_dataset, then read_features), prepared by one
+    process at a time (`preparing`): with a cold cache the first builds, the rest load."""
+    with preparing(data_cfg.get("cache_dir") or "data/cache"):
+        located = locate_dataset(data_cfg, enc_cfg)
+        return (located.records, *read_features(located))
 
 
 def load_features(data_cfg: dict, enc_cfg: dict) -> PreparedData:

@@ -76,7 +76,7 @@ class RNGState(Callback):
             "torch": torch.get_rng_state(),
         }
         if torch.cuda.is_available() and torch.cuda.is_initialized():
-            state["cuda"] = torch.cuda.get_rng_state_all()
+            state["torch.cuda"] = torch.cuda.get_rng_state_all()
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -84,8 +84,8 @@ class RNGState(Callback):
         kind, keys, pos, has_gauss, gauss = state["numpy"]
         np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
         torch.set_rng_state(state["torch"])
-        if "cuda" in state and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda"])
+        if "torch.cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["torch.cuda"])
 
 
 def _tuples(obj):

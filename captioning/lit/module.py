@@ -13,7 +13,7 @@ from ..checkpoint import FORMAT_VERSION
 from ..data.vocab import Vocabulary
 from ..metrics import attribute_accuracy, corpus_bleu_scores
 from ..metrics.grounding import attention_grounding
-from ..models.attention import attention_stats, cross_attention_modules
+from ..models.attention import ATTENTION_STATS, attention_step_stats, cross_attention_modules
 from ..models.captioner import build_captioner
 from ..predict import caption_features, greedy
 
@@ -42,7 +42,7 @@ class CaptioningModule(pl.LightningModule):
         self._batch: dict | None = None
         self._loss: torch.Tensor | None = None
         self._outputs: list[dict] = []
-        self._attn: list[tuple[int, dict]] = []  # (count, stats) per decoded batch
+        self._gates: list[tuple[int, float]] = []  # (queries, mean gate) per decoded batch
         self.test_predictions: list[dict] = []
         self.metrics: dict[str, dict] = {}  # stage -> the last scores, unrounded
 
@@ -114,34 +114,46 @@ class CaptioningModule(pl.LightningModule):
             attention.pop_gate()  # forget training's gates: report this batch's decoding only
         captions = caption_features(self.model, self.vocab, batch["features"], settings)
         steps = torch.cat([c.steps for c in captions])  # (every decoding step, N)
-        stats = attention_stats(steps)
+        # Per image: the sums of its steps' entropy/max/min. Averaging these sums after the
+        # outputs of every process are gathered and de-duplicated gives exactly the
+        # single-process numbers. One host copy for the batch.
+        owner = torch.repeat_interleave(
+            torch.arange(len(captions), device=steps.device),
+            torch.tensor([len(c.steps) for c in captions], device=steps.device))
+        sums = torch.zeros(len(captions), len(ATTENTION_STATS), device=steps.device)
+        sums = sums.index_add_(0, owner, attention_step_stats(steps)).tolist()
         gate = attention.pop_gate() if hasattr(attention, "pop_gate") else None
         if gate is not None:
-            stats["attn_gate"] = gate
-        self._attn.append((len(steps), stats))
+            self._gates.append((len(steps), gate))
         outputs = []
         # Host copy on purpose: the indices key Python dicts (one copy per batch).
-        for i, c, refs, objs, image_id in zip(
-            batch["index"].tolist(), captions, batch["refs"], batch["objects"], batch["image_id"]
+        for i, c, refs, objs, image_id, attn in zip(
+            batch["index"].tolist(), captions, batch["refs"], batch["objects"], batch["image_id"],
+            sums,
         ):
-            out = {"index": i, "hyp": c.words, "refs": refs, "objects": objs, "image_id": image_id}
+            out = {"index": i, "hyp": c.words, "refs": refs, "objects": objs, "image_id": image_id,
+                   "attn_sums": attn, "attn_steps": len(c.steps)}
             outputs.append({**out, "weights": c.weights})
             if objs and "bbox" in objs[0]:  # ground truth boxes: keep weights for grounding
+                # Host copy on purpose: grounding is scored on the CPU, after the gather.
                 out["weights"] = c.weights.float().cpu()
             self._outputs.append(out)
         return outputs
 
-    def _gather(self) -> list[dict]:
-        """All processes' outputs, each image once (DDP samplers may repeat images)."""
+    def _gather(self) -> tuple[list[dict], list[tuple[int, float]]]:
+        """All processes' outputs, each image once (DDP samplers pad by repeating images), and
+        all processes' (queries, mean gate) pairs."""
         outputs, self._outputs = self._outputs, []
+        gates, self._gates = self._gates, []
         if self.trainer.world_size > 1:
             parts = [None] * self.trainer.world_size
-            torch.distributed.all_gather_object(parts, outputs)
-            outputs = [o for part in parts for o in part]
-        return sorted({o["index"]: o for o in outputs}.values(), key=lambda o: o["index"])
+            torch.distributed.all_gather_object(parts, (outputs, gates))
+            outputs = [o for part, _ in parts for o in part]
+            gates = [g for _, part in parts for g in part]
+        return sorted({o["index"]: o for o in outputs}.values(), key=lambda o: o["index"]), gates
 
     def _score(self, stage: str) -> list[dict]:
-        outputs = self._gather()
+        outputs, gates = self._gather()
         hyps = [o["hyp"] for o in outputs]
         metrics = corpus_bleu_scores(hyps, [o["refs"] for o in outputs], prefix=f"{stage}/")
         metrics.update(attribute_accuracy(hyps, [o["objects"] for o in outputs], f"{stage}/"))
@@ -152,12 +164,12 @@ class CaptioningModule(pl.LightningModule):
                 [o["hyp"] for o in grounded], [o["weights"] for o in grounded],
                 [o["objects"] for o in grounded], size, f"{stage}/",
             ))
-        attn, self._attn = self._attn, []
-        total = sum(n for n, _ in attn)
-        for key in attn[0][1] if attn and total else ():
-            metrics[f"{stage}/{key}"] = sum(n * st[key] for n, st in attn) / total
-        # BLEU, attribute accuracy and grounding come from the gathered outputs, the same on
-        # every process; the attention statistics are still this process's own (issue: gather).
+        # Every step of every image once: the same numbers from any number of processes.
+        total = sum(o["attn_steps"] for o in outputs)
+        for k, key in enumerate(ATTENTION_STATS if total else ()):
+            metrics[f"{stage}/{key}"] = sum(o["attn_sums"][k] for o in outputs) / total
+        if gates:  # gated_mixed: per batch, not per image (images repeated by padding count twice)
+            metrics[f"{stage}/attn_gate"] = sum(n * g for n, g in gates) / sum(n for n, _ in gates)
         self.log_dict(metrics)  # loggers get float32 (Lightning's tensors) ...
         self.metrics[stage] = {k: float(v) for k, v in metrics.items()}  # ... results.json float64
         return outputs

@@ -100,6 +100,8 @@ def beam_search(
                     break
                 row = a * k + beam
                 if tok == eos or t == max_len - 1:  # at max_len every hypothesis is cut
+                    # Host copies per finished hypothesis (a few per image, not per step): a
+                    # finished hypothesis leaves the device for good.
                     seq = seqs[row].tolist() + [tok]
                     finished[img].append(Hypothesis(seq, s / lp_now, s, attn[row].cpu()))
                 elif len(new) < k:

@@ -2,16 +2,19 @@
 
 from . import additive, dot, linear, local, mixed, multihead  # noqa: F401  (registers the modules)
 from .base import (
+    ATTENTION_STATS,
     ATTENTIONS,
     CrossAttention,
     Prepared,
     attention_stats,
+    attention_step_stats,
     build_attention,
     cross_attention_modules,
     masked_softmax,
 )
 
 __all__ = [
-    "ATTENTIONS", "CrossAttention", "Prepared", "attention_stats", "build_attention",
+    "ATTENTION_STATS", "ATTENTIONS", "CrossAttention", "Prepared", "attention_stats",
+    "attention_step_stats", "build_attention",
     "cross_attention_modules", "masked_softmax",
 ]

@@ -102,21 +102,32 @@ class CrossAttention(nn.Module):
         return context, weights
 
 
+ATTENTION_STATS = ("attn_entropy", "attn_max", "attn_min")
+
+
+def attention_step_stats(weights: torch.Tensor) -> torch.Tensor:
+    """weights (M, N), one attention distribution per row -> (M, 3): entropy (nats), max and
+    min weight of each, in the order of ATTENTION_STATS (sums of these rows average exactly
+    over any grouping, e.g. images gathered from several processes)."""
+    w = weights.detach().float()
+    entropy = -(w * w.clamp_min(1e-12).log()).sum(-1)
+    return torch.stack([entropy, w.max(-1).values, w.min(-1).values], dim=-1)
+
+
 def attention_stats(weights: torch.Tensor, valid: torch.Tensor | None = None) -> dict[str, float]:
     """Entropy (nats), max and min weight per attention distribution, averaged.
 
     weights (..., N); valid (...) selects the distributions that count (e.g. steps before <eos>).
     A collapsed attention shows entropy ~0 and max ~1; a uniform one entropy ~log N.
     """
-    w = weights.detach().float().flatten(0, -2)  # (M, N)
+    w = weights.flatten(0, -2)  # (M, N)
     if valid is not None:
         w = w[valid.flatten()]
     if len(w) == 0:
         return {}
-    entropy = -(w * w.clamp_min(1e-12).log()).sum(-1)
-    means = torch.stack([entropy.mean(), w.max(-1).values.mean(), w.min(-1).values.mean()])
+    means = attention_step_stats(w).mean(0)  # (3,)
     # One device-to-host copy for the three numbers (called once per decoded batch).
-    return dict(zip(("attn_entropy", "attn_max", "attn_min"), means.tolist()))
+    return dict(zip(ATTENTION_STATS, means.tolist()))
 
 
 ATTENTIONS: Registry[Callable[..., CrossAttention]] = Registry("attention")

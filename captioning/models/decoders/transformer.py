@@ -239,6 +239,7 @@ def length_buckets(lengths: torch.Tensor, k: int) -> list[tuple[torch.Tensor, in
     lengths (B,) -> [(row indices, max length)], longest group first.
     """
     order = lengths.argsort(descending=True)
+    # Host copy on purpose (one per training step): the grouping is a Python DP over lengths.
     sorted_len = lengths[order].tolist()
     # Candidate cut points: where the length changes (a cut inside a run of equal lengths
     # never helps). starts[j] = first sorted row of the j-th distinct length.
