@@ -32,10 +32,18 @@ def test_every_config_composes_and_builds(group, option, tmp_path):
         model = build_captioner(OmegaConf.to_container(cfg, resolve=True), vocab_size=11)
         assert sum(p.numel() for p in model.parameters()) > 0
     if group == "trainer":
+        import torch
+
+        from captioning.lit.config_check import check_config
         from captioning.lit.training import build_trainer
 
+        check_config(OmegaConf.to_container(cfg, resolve=True))  # every preset's keys are valid
+        if cfg.trainer.accelerator == "gpu" and not torch.cuda.is_available():
+            return  # composes and checks here; built on a GPU machine (scripts/gpu_check)
         trainer = build_trainer(OmegaConf.to_container(cfg.trainer, resolve=True), logger=False)
         assert trainer.max_epochs == cfg.trainer.max_epochs
+        assert torch.get_float32_matmul_precision() == cfg.trainer.matmul_precision
+        torch.set_float32_matmul_precision("highest")
     if group == "logger":
         from omegaconf import OmegaConf
 
@@ -121,3 +129,10 @@ def test_pretrained_weights_are_checked_against_torchvision_hashes(tmp_path, mon
     # The matching rule itself: a file whose hash prefix torchvision lists is accepted.
     monkeypatch.setattr(encoder_mod, "known_weights", lambda name: {digest[:8]: "resnet18-x.pth"})
     assert build_encoder(cfg).weights_id == own.weights_id
+
+
+def test_learning_rate_scaling_with_the_process_count():
+    from captioning.lit.module import lr_scale
+
+    assert lr_scale("none", 4) == 1.0 and lr_scale("sqrt", 4) == 2.0 and lr_scale("linear", 4) == 4.0
+    assert lr_scale("sqrt", 1) == 1.0  # one process: the configured rate, whatever the rule

@@ -143,7 +143,7 @@ def test_ddp_two_cpu_processes_equal_one_process_on_the_same_checkpoint(tmp_path
 
     data, run = tmp_path / "data", tmp_path / "run"
     args = [a for a in TINY if not a.startswith("logger=")] + [
-        "trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu", "trainer.max_epochs=1",
+        "trainer=ddp", "trainer.accelerator=cpu", "trainer.max_epochs=1",  # the preset: 2 processes
         "decoder.embed_dim=32", "decoder.hidden_dim=32", "logger=csv", "decode.beam_size=2",
         "data.synthetic.num_test=25", f"paths.data_dir={data}", f"hydra.run.dir={run}",
     ]

@@ -30,7 +30,8 @@ from ..provenance import flatten
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 # Keys of ours under `trainer:` (popped before pytorch_lightning.Trainer is built).
-OWN_TRAINER_KEYS = {"nan_policy": "stop | skip", "nan_max_in_row": "skip at most this many in a row"}
+OWN_TRAINER_KEYS = {"nan_policy": "stop | skip", "nan_max_in_row": "skip at most this many in a row",
+                    "matmul_precision": "torch.set_float32_matmul_precision"}
 
 # Sections whose content is a plug-in's own kwargs: not checked against the shipped keys.
 EXTENSION_POINTS = ("logger", "hydra")
@@ -156,6 +157,9 @@ RULES = [
      "an integer >= 1 (the one-cycle schedule needs a finite length; -1 = endless is not offered)"),
     ("trainer.nan_policy", lambda v: v in ("stop", "skip"), "stop or skip"),
     ("trainer.nan_max_in_row", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0"),
+    ("trainer.matmul_precision", lambda v: v in ("highest", "high", "medium"),
+     "highest, high (TF32) or medium"),
+    ("optim.lr_scaling", lambda v: v in ("none", "sqrt", "linear"), "none, sqrt or linear"),
     ("optim.optimizer.lr", lambda v: v > 0, "> 0"),
     ("optim.optimizer.weight_decay", lambda v: v >= 0, ">= 0"),
     ("optim.label_smoothing", lambda v: 0 <= v < 1, "in [0, 1)"),

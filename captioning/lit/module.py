@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import hydra
@@ -200,12 +201,16 @@ class CaptioningModule(pl.LightningModule):
 
     def configure_optimizers(self):
         optim = self.cfg["optim"]
+        scale = lr_scale(optim.get("lr_scaling", "none"), self.trainer.world_size)
         # Both configs are `_partial_: true`: instantiate gives a partial, called here.
         optimizer = hydra.utils.instantiate(optim["optimizer"])(params=self.parameters())
+        for group in optimizer.param_groups:
+            group["lr"] *= scale
         if not optim.get("scheduler"):
             return optimizer
+        extra = {"max_lr": optim["scheduler"]["max_lr"] * scale} if "max_lr" in optim["scheduler"] else {}
         scheduler = hydra.utils.instantiate(optim["scheduler"])(
-            optimizer=optimizer, total_steps=int(self.trainer.estimated_stepping_batches)
+            optimizer=optimizer, total_steps=int(self.trainer.estimated_stepping_batches), **extra
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
@@ -217,6 +222,12 @@ class CaptioningModule(pl.LightningModule):
             scheduler = config.scheduler
             if isinstance(scheduler, torch.optim.lr_scheduler.OneCycleLR) and scheduler.total_steps != total:
                 replan_one_cycle(scheduler, total)
+
+
+def lr_scale(rule: str, world_size: int) -> float:
+    """The learning-rate factor for `world_size` processes, each with data.batch_size images
+    (global batch x world_size): none 1, sqrt sqrt(W), linear W."""
+    return {"none": 1.0, "sqrt": math.sqrt(world_size), "linear": float(world_size)}[rule]
 
 
 def replan_one_cycle(scheduler: torch.optim.lr_scheduler.OneCycleLR, total: int) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import hydra
 import pytorch_lightning as pl
+import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.callbacks import LearningRateMonitor
 from pytorch_lightning.loggers import WandbLogger
@@ -135,6 +136,7 @@ def build_trainer(trainer_cfg: dict, **kwargs) -> pl.Trainer:
     """pytorch_lightning.Trainer from the `trainer` config (our own keys left out), writing
     checkpoints atomically; the data module's EpochShuffle shards the training set by rank."""
     args = {k: v for k, v in trainer_cfg.items() if k not in OWN_TRAINER_KEYS}
+    torch.set_float32_matmul_precision(trainer_cfg.get("matmul_precision", "highest"))
     return hydra.utils.instantiate(args, plugins=[AtomicCheckpointIO()],
                                    use_distributed_sampler=False, **kwargs)
 
