@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
 
 # Config keys (dotted paths) that say where things go, how they are shown or how fast they run,
@@ -106,6 +108,22 @@ def hashed_view(cfg: dict) -> dict:
 def config_hash(cfg: dict) -> str:
     """The identity of a run: fingerprint of its hashed_view."""
     return fingerprint(hashed_view(cfg))
+
+
+def run_stamp() -> str:
+    """A run directory's name (the `run_stamp` resolver of conf/train.yaml): the start time to
+    the microsecond, so parallel runs never collide; but every process of one torchrun or
+    SLURM launch starts at its own microsecond, so there the launcher's job id names the run
+    (torchrun: --rdzv-id, random with --standalone; else the agent's pid and port, one dir
+    per node)."""
+    env = os.environ
+    if env.get("TORCHELASTIC_RUN_ID", "none") != "none":
+        return f"torchrun-{env['TORCHELASTIC_RUN_ID']}"
+    if "TORCHELASTIC_RUN_ID" in env:
+        return f"torchrun-{env.get('MASTER_PORT', '0')}-{os.getppid()}"
+    if "SLURM_JOB_ID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
+        return f"slurm-{env['SLURM_JOB_ID']}-{env.get('SLURM_STEP_ID', '0')}"
+    return datetime.now().strftime("%Y-%m-%d_%H-%M-%S_%f")
 
 
 def git_commit() -> str | None:

@@ -1,6 +1,7 @@
 """A tiny training run in its own process, for tests/test_resume.py to kill and resume.
 
     python tests/resume_driver.py <out dir> <data dir> <steps log> [overrides...]
+    torchrun --nproc_per_node 2 tests/resume_driver.py ... trainer=ddp trainer.accelerator=cpu
 
 Appends one JSON line per training step to <steps log> (the step, the epoch and the image
 indices of its batch; fsync'd, so a SIGKILL loses nothing written). Environment switches:
@@ -37,7 +38,7 @@ training_step = CaptioningModule.training_step
 def recording_step(self, batch, batch_idx):
     step = self.trainer.global_step
     with open(steps_log, "a") as f:
-        f.write(json.dumps({"step": step, "epoch": self.current_epoch,
+        f.write(json.dumps({"rank": self.global_rank, "step": step, "epoch": self.current_epoch,
                             "images": batch["index"].tolist(),
                             "rng": hashlib.sha1(torch.get_rng_state().numpy().tobytes()).hexdigest()[:12],
                             "w": float(self.model.decoder.embed.weight.double().sum())}) + "\n")
