@@ -218,3 +218,42 @@ def test_a_cell_killed_mid_training_resumes_from_its_checkpoint(tmp_path, monkey
     (out / "checkpoints" / "last.ckpt").write_bytes(b"x")  # killed: a checkpoint, no results
     runner.run([cell, Cell("lstm", "matched", "additive", 0)])
     assert resumed == [str(out), None]
+
+
+def test_cells_as_jobs_through_submitit(tmp_path, monkeypatch):
+    """compare.executor: the cells go through submitit's submission path (its in-process debug
+    executor here; `slurm` on a cluster), one job per missing cell, and the grid waits."""
+    from captioning.compare.executor import job_parameters, make_executor
+
+    fake = FakeRuns()
+    monkeypatch.setattr(grid_mod, "train", fake.train)
+    runner = GridRunner(fake.compose, [], tmp_path, DIMS)
+    executor = make_executor("debug", tmp_path / ".submitit")
+    dirs = runner.run([Cell("lstm", "matched", "dot", 0), Cell("lstm", "matched", "additive", 0)],
+                      executor)
+    assert sorted(fake.trained) == ["additive/512/0/False", "dot/512/0/False"]
+    assert all((d / "results.json").is_file() for d in dirs.values())
+    # The job a cell asks SLURM for: the sweep launcher's defaults, overridable, submitit's names.
+    params = job_parameters({"partition": "gpu", "timeout_min": 60})
+    assert params == {"slurm_partition": "gpu", "timeout_min": 60, "nodes": 1, "tasks_per_node": 1,
+                      "gpus_per_node": 1, "cpus_per_task": 8, "mem_gb": 64}
+    with pytest.raises(ValueError, match="valid: local, slurm, debug"):
+        make_executor("pbs", tmp_path)
+
+
+def test_the_slurm_sweep_launcher_composes_without_a_cluster():
+    """`python train.py -m hydra/launcher=slurm ...`: the job parameters Hydra's submitit
+    launcher would submit (composed only; no SLURM here)."""
+    from conftest import CONF_DIR
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose("train", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu"],
+                      return_hydra_config=True)
+    GlobalHydra.instance().clear()
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
+    assert (launcher.partition, launcher.gpus_per_node, launcher.tasks_per_node) == ("gpu", 1, 1)
+    assert (launcher.timeout_min, launcher.cpus_per_task, launcher.mem_gb) == (720, 8, 64)

@@ -113,8 +113,9 @@ class GridRunner:
         choice = resolved_attention(OmegaConf.to_container(cfg, resolve=True))
         return Cell(cell.decoder, cell.dims, choice, cell.seed)
 
-    def run(self, cells: list[Cell]) -> dict[Cell, Path]:
-        """Train every cell that has no results.json yet; -> {cell: its directory}."""
+    def run(self, cells: list[Cell], executor=None) -> dict[Cell, Path]:
+        """Train every cell that has no results.json yet, here or as jobs of a submitit
+        `executor` (compare/executor.py); -> {cell: its directory}."""
         dirs: dict[Cell, Path] = {}
         todo = []
         for cell in cells:
@@ -126,6 +127,7 @@ class GridRunner:
         done = len({d for d in dirs.values()}) - len(todo)
         log.info("grid: %d cells, %d distinct runs, %d finished, %d to train",
                  len(cells), len(set(dirs.values())), done, len(todo))
+        configs = []
         for k, cell in enumerate(todo, 1):
             cfg, out = self.config(cell)
             if any((out / "checkpoints").glob("*.ckpt")):  # killed mid-training: continue it
@@ -133,7 +135,15 @@ class GridRunner:
                     cfg.resume = str(out)
             log.info("grid: [%d/%d] %s %s -> %s", k, len(todo),
                      "resuming" if cfg.get("resume") else "training", cell.label, out)
-            train(cfg)
+            if executor is None:
+                train(cfg)
+            configs.append(cfg)
+        if executor is not None and configs:
+            with executor.batch():  # one job array
+                jobs = [executor.submit(train, cfg) for cfg in configs]
+            log.info("grid: %d jobs submitted (%s ...); waiting for them", len(jobs), jobs[0].job_id)
+            for job in jobs:
+                job.result()  # a failed job raises here, with its log's path
         return dirs
 
     def rerun(self, cell: Cell, output_dir: Path, train_missing: bool = True) -> dict | None:

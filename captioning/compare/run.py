@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ..benchmark import BenchConfig, run_benchmark
 from ..data.prepare import load_dataset_records
+from .executor import make_executor
 from .grid import GridRunner, expand_grid
 from .report import build_markdown, build_report, save_plots
 
@@ -44,7 +45,8 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
     cells = expand_grid(spec)
     start = time.time()
     if spec.get("train", True):
-        dirs = runner.run(cells)
+        executor = make_executor(spec.get("executor", "local"), root / ".submitit", spec.get("slurm"))
+        dirs = runner.run(cells, executor)
     else:  # report only: the cells that exist
         dirs = {c: d for c in cells if ((d := runner.config(runner.resolve(c))[1]) / "results.json").exists()}
     train_s = time.time() - start

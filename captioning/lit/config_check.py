@@ -34,7 +34,7 @@ OWN_TRAINER_KEYS = {"nan_policy": "stop | skip", "nan_max_in_row": "skip at most
                     "matmul_precision": "torch.set_float32_matmul_precision"}
 
 # Sections whose content is a plug-in's own kwargs: not checked against the shipped keys.
-EXTENSION_POINTS = ("logger", "hydra")
+EXTENSION_POINTS = ("logger", "hydra", "compare.slurm")
 
 # Bytes per stored feature value (float16); per trainable parameter in a full-state checkpoint
 # (float32 weights + AdamW's two moments) and per buffer value (the normaliser's, float32).
@@ -113,7 +113,9 @@ def unknown_keys(cfg: dict) -> list[str]:
     known = _known_keys(cfg)
     trainer_keys = set(inspect.signature(pl.Trainer.__init__).parameters) - {"self"}
     trainer_keys |= set(OWN_TRAINER_KEYS) | {"_target_"}
-    for key in flatten({k: v for k, v in cfg.items() if k not in EXTENSION_POINTS}):
+    for key in flatten(cfg):
+        if any(key == p or key.startswith(p + ".") for p in EXTENSION_POINTS):
+            continue
         section, _, rest = key.partition(".")
         if section == "trainer":
             if rest.split(".")[0] not in trainer_keys:
