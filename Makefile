@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install train test test-all lint clean
+.PHONY: install train test test-all lint clean wheels gpu-check
 
 install: $(STAMP)
 
@@ -26,6 +26,12 @@ test-all: install
 
 lint: install
 	$(PY) -m ruff check .
+
+# Wheels for scripts/gpu_check.sh on a GPU machine without internet (its Python and torch).
+TARGET_PY    ?= 3.12
+TARGET_TORCH ?= 2.11
+wheels: install
+	$(PY) scripts/make_wheels.py --python $(TARGET_PY) --torch $(TARGET_TORCH)
 
 clean:
 	rm -rf outputs .pytest_cache
