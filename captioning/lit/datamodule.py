@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 
 import pytorch_lightning as pl
 import torch
@@ -73,8 +74,19 @@ class CaptionDataModule(pl.LightningDataModule):
         trainer = self.trainer
         return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
+    def _workers(self) -> int:
+        """data.num_workers, or for `auto`: none on a CPU (the step needs every core), on a GPU
+        min(4, CPUs per process - 1), so reading the next batches overlaps the device's step."""
+        setting = self.data_cfg.get("num_workers", 0)
+        if setting != "auto":
+            return int(setting)
+        trainer = self.trainer
+        if trainer is None or trainer.strategy.root_device.type != "cuda":
+            return 0
+        return max(0, min(4, (os.cpu_count() or 1) // max(1, trainer.num_devices) - 1))
+
     def _loader(self, dataset, batch_size: int, sampler) -> DataLoader:
-        workers = self.data_cfg.get("num_workers", 0)
+        workers = self._workers()
         return DataLoader(
             dataset,
             batch_size=batch_size,
