@@ -75,13 +75,14 @@ class CaptionDataModule(pl.LightningDataModule):
         return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
     def _workers(self) -> int:
-        """data.num_workers, or for `auto`: none on a CPU (the step needs every core), on a GPU
-        min(4, CPUs per process - 1), so reading the next batches overlaps the device's step."""
+        """data.num_workers, or for `auto`: none on a CPU (the step needs every core), on an
+        accelerator min(4, CPUs per process - 1), so reading the next batches overlaps the
+        device's step."""
         setting = self.data_cfg.get("num_workers", 0)
         if setting != "auto":
             return int(setting)
         trainer = self.trainer
-        if trainer is None or trainer.strategy.root_device.type != "cuda":
+        if trainer is None or trainer.strategy.root_device.type == "cpu":
             return 0
         return max(0, min(4, (os.cpu_count() or 1) // max(1, trainer.num_devices) - 1))
 
