@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install train test test-all lint clean wheels gpu-check
+.PHONY: install demo train test test-all lint clean wheels
 
 install: $(STAMP)
 
@@ -14,6 +14,10 @@ $(STAMP): requirements.lock pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c requirements.lock -e ".[dev]"
 	touch $(STAMP)
+
+# The two-minute first run: the same pipeline on a small slice of the built-in data.
+demo: install
+	$(PY) train.py experiment=demo $(ARGS)
 
 train: install
 	$(PY) train.py $(ARGS)

@@ -20,11 +20,14 @@ class ImageCaptions(Dataset):
     DataLoader worker to touch (which would copy the pages it inherited).
     """
 
-    def __init__(self, data: PreparedData, split: str, max_len: int = 30) -> None:
+    def __init__(self, data: PreparedData, split: str, max_len: int = 30,
+                 captions_per_image: int | None = None) -> None:
         self.data = data
         self.images = np.asarray(data.split_indices(split), dtype=np.int64)  # (I,) record indices
-        encoded = [data.vocab.encode(c[:max_len]) for i in self.images for c in data.records[i].captions]
-        per_image = [len(data.records[i].captions) for i in self.images]
+        keep = slice(captions_per_image)  # None: all of them (debug=overfit keeps the first)
+        encoded = [data.vocab.encode(c[:max_len])
+                   for i in self.images for c in data.records[i].captions[keep]]
+        per_image = [len(data.records[i].captions[keep]) for i in self.images]
         self.tokens = np.fromiter((t for e in encoded for t in e), dtype=np.int32)  # all tokens
         self.caption_start = np.cumsum([0] + [len(e) for e in encoded])  # (captions + 1,)
         self.image_start = np.cumsum([0] + per_image)  # (I + 1,) first caption of each image

@@ -170,6 +170,7 @@ RULES = [
     ("data.num_workers", lambda v: v == "auto" or isinstance(v, int) and v >= 0,
      "an integer >= 0 or auto"),
     ("data.max_caption_len", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    ("data.captions_per_image", lambda v: isinstance(v, int) and v >= 1, "null or an integer >= 1"),
     ("data.min_word_freq", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
     ("data.synthetic.num_train", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
     ("data.synthetic.num_val", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),

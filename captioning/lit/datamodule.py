@@ -103,7 +103,8 @@ class CaptionDataModule(pl.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        images = ImageCaptions(self.data, "train", self.data_cfg.get("max_caption_len", 30))
+        images = ImageCaptions(self.data, "train", self.data_cfg.get("max_caption_len", 30),
+                               self.data_cfg.get("captions_per_image"))
         batch_size = self.data_cfg["batch_size"]
         # The trainer runs with use_distributed_sampler=false: this sampler shards by rank itself.
         sampler = EpochShuffle(len(images), self.seed, *self._rank_world())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import statistics
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from ..models.captioner import resolved_attention
 from ..provenance import config_hash, flatten, git_commit
 from .checkpointing import AtomicCheckpointIO, RNGState, checkpoint_callbacks, newest_checkpoint
 from .config_check import OWN_TRAINER_KEYS, check_config
+from .console import EpochLine
 from .datamodule import CaptionDataModule
 from .loggers import build_loggers, sync_hint
 from .media import ValidationMedia
@@ -77,11 +79,12 @@ def train(cfg: DictConfig) -> dict:
         logger_cfg = {**logger_cfg, "wandb": {**logger_cfg["wandb"], "id": run_info["wandb_id"]}}
     loggers = build_loggers(logger_cfg)
     throughput, media = Throughput(), ValidationMedia(**plain.get("media", {}))
-    callbacks = [*checkpoints, RNGState(), throughput, media]
+    callbacks = [*checkpoints, RNGState(), throughput, media, EpochLine(best_checkpoint)]
     if loggers:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
-    trainer = build_trainer(OmegaConf.to_container(cfg.trainer, resolve=True),
-                            callbacks=callbacks, logger=loggers or False)
+    trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+    trainer_cfg["log_every_n_steps"] = _log_every(trainer_cfg, datamodule)
+    trainer = build_trainer(trainer_cfg, callbacks=callbacks, logger=loggers or False)
     wandb_ids = [lg.experiment.id for lg in loggers if isinstance(lg, WandbLogger)]
     if trainer.is_global_zero:
         write_run(out, {"config_hash": config_hash(plain),
@@ -139,6 +142,19 @@ def build_trainer(trainer_cfg: dict, **kwargs) -> pl.Trainer:
     torch.set_float32_matmul_precision(trainer_cfg.get("matmul_precision", "highest"))
     return hydra.utils.instantiate(args, plugins=[AtomicCheckpointIO()],
                                    use_distributed_sampler=False, **kwargs)
+
+
+def _log_every(trainer_cfg: dict, datamodule: CaptionDataModule) -> int:
+    """log_every_n_steps, but never more than an epoch's steps: a short run (debug=fast, a
+    handful of images) still draws its train/* curves."""
+    images = len(datamodule.data.split_indices("train"))
+    steps = math.ceil(images / datamodule.data_cfg["batch_size"])
+    limit = trainer_cfg.get("limit_train_batches")
+    if isinstance(limit, int) and not isinstance(limit, bool):
+        steps = min(steps, limit)
+    elif isinstance(limit, float):
+        steps = max(1, int(steps * limit))
+    return max(1, min(trainer_cfg.get("log_every_n_steps", 50), steps))
 
 
 def _plain(cfg: DictConfig) -> dict:

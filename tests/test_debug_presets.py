@@ -1,0 +1,61 @@
+"""The first hour: debug presets, the demo preset, the per-epoch console line."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from captioning.lit import train
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["encoder=resnet18", "encoder.image_size=64", "encoder.num_workers=0",
+         "data.synthetic.image_size=64", "logger=none", "trainer.enable_progress_bar=false"]
+
+
+@pytest.mark.parametrize("preset", ["debug=fast", "debug=overfit", "debug=profile", "experiment=demo"])
+def test_presets_compose_and_pass_the_config_check(preset, tmp_path):
+    from conftest import compose_cfg
+
+    from captioning.lit.config_check import check_config
+
+    cfg = compose_cfg([preset], tmp_path, tmp_path)
+    check_config(OmegaConf.to_container(cfg, resolve=True))
+
+
+def test_overfit_memorises_its_training_captions(tmp_path):
+    """debug=overfit: greedy decoding reproduces >= 90 % of the training captions exactly."""
+    from conftest import compose_cfg, shrink
+
+    from captioning import load_checkpoint
+    from captioning.data.prepare import prepare_data
+
+    cfg = shrink(compose_cfg(SMALL + ["debug=overfit"], tmp_path / "run", tmp_path / "data"))
+    train(cfg)
+    model, vocab, saved = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    data = prepare_data(saved["data"], saved["encoder"])
+    images = data.split_indices("train")
+    assert len(images) == 8
+    ids, _ = model.generate(data.raw_features(images), vocab.bos, vocab.eos, vocab.pad, max_len=30)
+    said = [vocab.decode(t) for t in ids]
+    wanted = [data.records[i].captions[0] for i in images]  # the one caption it trained on
+    exact = sum(a == b for a, b in zip(said, wanted)) / len(images)
+    assert exact >= 0.9, list(zip(said, wanted))
+
+
+def test_the_console_shows_each_validation_epoch(tmp_path, data_dir):
+    """A tiny run's console output: one line per validation epoch with the score and the best."""
+    from conftest import TINY
+
+    args = [a for a in TINY if not a.startswith("trainer.max_epochs")] + [
+        "trainer.max_epochs=2", "decoder.embed_dim=32", "decoder.hidden_dim=32", "decode.beam_size=1",
+        f"paths.data_dir={data_dir}", f"hydra.run.dir={tmp_path}"]
+    proc = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-2000:]
+    assert "epoch 1/2: val/bleu4 " in out and "(new best)" in out
+    assert "epoch 2/2: val/bleu4 " in out and "val/attr_acc" in out
+    assert "test/bleu4" in out and "results: " in out  # the final table and where it is
