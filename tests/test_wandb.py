@@ -78,6 +78,7 @@ def test_offline_run_holds_config_metrics_table_and_figures(tiny_cfg, wandb_env,
             config.update((r.get("run", r).get("config") or r.get("config", {})).get("update", {}))
     assert config["attention.name"] == "additive" and config["decoder.hidden_dim"] == 64
     assert config["optim.optimizer.lr"] == 5e-3 and "vocab" not in config  # flat, no vocabulary
+    assert not [k for k in config if k.endswith(("_target_", "_partial_"))]  # no Hydra plumbing
     # Media entries are stored flat: "val/samples._type", "val/samples.path", ...
     history = {k.split(".")[0] for r in records if r["type"] == "history" for k in r["history"]["item"]}
     for key in ("train/loss", "train/captions_per_s", "train/images_per_s", "lr-AdamW",
@@ -161,3 +162,24 @@ def test_a_resumed_run_continues_its_wandb_run(tiny_cfg):
 
     rows = list(csv.DictReader((out / "csv" / "metrics.csv").open()))
     assert {r["epoch"] for r in rows if r.get("val/bleu4")} == {"0", "1"}  # one file, both epochs
+
+
+def test_sweep_jobs_and_debug_runs_are_labelled(tmp_path, data_dir, wandb_env):
+    """A multirun's jobs carry the sweep id as a tag and sweep id + job number in their names;
+    debug runs carry the tag `debug`."""
+    from conftest import TINY
+
+    args = ["-m"] + [a for a in TINY if not a.startswith(("logger=", "trainer.max_epochs"))] + [
+        "logger=wandb", "debug=fast", "seed=0,1", "decode.beam_size=1",
+        f"paths.data_dir={data_dir}", f"paths.log_dir={tmp_path}"]
+    proc = subprocess.run([sys.executable, "train.py", *args], cwd=Path(__file__).parents[1],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (sweep,) = (tmp_path / "debug" / "multiruns").iterdir()
+    runs = sorted((tmp_path / "debug" / "multiruns").glob("*/*/wandb/offline-run-*"))
+    assert len(runs) == 2
+    for job, run_dir in enumerate(runs):
+        run = next(r["run"] for r in read_run(run_dir) if r["type"] == "run")
+        assert run["display_name"].endswith(f"-{sweep.name}-{job}")
+        assert f"sweep={sweep.name}" in run["tags"] and "debug" in run["tags"]
+    assert "litlogger" not in proc.stdout + proc.stderr  # Lightning's advertisement is gone

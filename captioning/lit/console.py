@@ -42,3 +42,15 @@ class EpochLine(Callback):
             parts.append(f"val/attr_acc {float(metrics['val/attr_acc']):.3f}")
         log.info("epoch %d/%d: %s, %.0f s", trainer.current_epoch + 1, trainer.max_epochs,
                  ", ".join(parts) or "no validation metrics", time.time() - self._start)
+
+
+class _NoPromotion(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in record.getMessage()
+
+
+def quiet_lightning() -> None:
+    """Drop Lightning's advertisement line (once per trainer); its useful messages stay."""
+    target = logging.getLogger("pytorch_lightning.utilities.rank_zero")
+    if not any(isinstance(f, _NoPromotion) for f in target.filters):
+        target.addFilter(_NoPromotion())

@@ -75,7 +75,9 @@ def wandb_logger(
     run = None
     log.info("wandb: starting in %s mode (%s)", mode, why)
     try:
-        run = wandb.init(mode=mode, settings=wandb.Settings(init_timeout=init_timeout), **kwargs)
+        # quiet: wandb's own banner lines go; ours say where the run is and, at the end, how to sync
+        run = wandb.init(mode=mode, settings=wandb.Settings(init_timeout=init_timeout, quiet=True),
+                         **kwargs)
     except Exception as err:  # bad key, unreachable server, ...: never fatal
         if mode == "online":
             log.warning("wandb could not start online (%s: %s); logging offline instead",
@@ -89,8 +91,8 @@ def wandb_logger(
                         type(err).__name__, err)
     if run is None:
         return None
-    if run.settings.mode == "offline":
-        log.info("%s (mode %s: %s)", sync_hint(run), run.settings.mode, why)
+    if run.settings.mode == "offline":  # the sync command is printed once, when the run ends
+        log.info("wandb: offline run in %s (%s)", Path(run.dir).parent.resolve(), why)
     logger = WandbLogger(experiment=run, save_dir=save_dir, log_model=False)
     logger.log_model_artifact = log_model  # read by train()
     return logger
@@ -115,6 +117,20 @@ class ResumableCSVLogger(CSVLogger):
             self._fs.makedirs(self.root_dir, exist_ok=True)
             self._experiment = _AppendingWriter(log_dir=self.log_dir)
         return self._experiment
+
+
+def run_labels(cfg: dict) -> tuple[list[str], str]:
+    """(extra wandb tags, run-name suffix) that tell runs apart: `debug` for the debug presets;
+    in a Hydra multirun the sweep's id as a tag and sweep id + job number in the name."""
+    tags, suffix = (["debug"] if cfg.get("task_name") == "debug" else []), ""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        sweep = Path(HydraConfig.get().sweep.dir).name
+        tags.append(f"sweep={sweep}")
+        suffix = f"{sweep}-{HydraConfig.get().job.num}"
+    return tags, suffix
 
 
 def build_loggers(cfg: Mapping | None) -> list[Logger]:

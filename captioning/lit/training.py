@@ -22,9 +22,9 @@ from ..models.captioner import resolved_attention
 from ..provenance import config_hash, flatten, git_commit
 from .checkpointing import AtomicCheckpointIO, RNGState, checkpoint_callbacks, newest_checkpoint
 from .config_check import OWN_TRAINER_KEYS, check_config
-from .console import EpochLine
+from .console import EpochLine, quiet_lightning
 from .datamodule import CaptionDataModule
-from .loggers import build_loggers, sync_hint
+from .loggers import build_loggers, run_labels, sync_hint
 from .media import ValidationMedia
 from .module import CaptioningModule
 from .resume import adopt_run_dir, check_resumable, find_run, load_initial_weights, read_run, write_run
@@ -37,6 +37,7 @@ def train(cfg: DictConfig) -> dict:
     """Check the config, prepare data, fit (or resume), test the best checkpoint; write
     results.json and predictions.json."""
     start = time.time()
+    quiet_lightning()
     plain = _plain(cfg)
     check_config(plain)  # every mistake the config alone shows, before any work
     out = Path(plain["paths"]["output_dir"])
@@ -75,8 +76,15 @@ def train(cfg: DictConfig) -> dict:
     checkpoints = checkpoint_callbacks(out, plain)
     best_checkpoint = checkpoints[0]
     logger_cfg = plain.get("logger") or {}
-    if run_info.get("wandb_id") and "wandb" in logger_cfg:  # the same wandb run continues
-        logger_cfg = {**logger_cfg, "wandb": {**logger_cfg["wandb"], "id": run_info["wandb_id"]}}
+    if "wandb" in logger_cfg:
+        spec = dict(logger_cfg["wandb"])
+        tags, suffix = run_labels(plain)
+        spec["tags"] = [*(spec.get("tags") or []), *tags]
+        if suffix:
+            spec["name"] = f"{spec.get('name') or 'run'}-{suffix}"
+        if run_info.get("wandb_id"):  # the same wandb run continues
+            spec["id"] = run_info["wandb_id"]
+        logger_cfg = {**logger_cfg, "wandb": spec}
     loggers = build_loggers(logger_cfg)
     throughput, media = Throughput(), ValidationMedia(**plain.get("media", {}))
     callbacks = [*checkpoints, RNGState(), throughput, media, EpochLine(best_checkpoint)]
@@ -90,8 +98,11 @@ def train(cfg: DictConfig) -> dict:
         write_run(out, {"config_hash": config_hash(plain),
                         "wandb_id": wandb_ids[0] if wandb_ids else run_info.get("wandb_id"),
                         "resumed": run_info.get("resumed", 0) + bool(resume_ckpt)})
-    for logger in loggers:  # the whole resolved config, flat: every key filters in the UI
-        logger.log_hyperparams(flatten({k: v for k, v in plain.items() if k != "logger"}))
+    # The whole resolved config, flat (every key filters in the UI), without Hydra's plumbing.
+    hparams = {k: v for k, v in flatten({k: v for k, v in plain.items() if k != "logger"}).items()
+               if not k.endswith(("._target_", "._partial_"))}
+    for logger in loggers:
+        logger.log_hyperparams(hparams)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_ckpt)
     # Test the best checkpoint; when no validation ran (or none improved), test as trained.
     test = trainer.test(module, datamodule=datamodule,
