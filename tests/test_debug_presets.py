@@ -59,3 +59,11 @@ def test_the_console_shows_each_validation_epoch(tmp_path, data_dir):
     assert "epoch 1/2: val/bleu4 " in out and "(new best)" in out
     assert "epoch 2/2: val/bleu4 " in out and "val/attr_acc" in out
     assert "test/bleu4" in out and "results: " in out  # the final table and where it is
+
+
+def test_data_generation_shows_a_progress_bar(tmp_path, capsys):
+    from captioning.data.synthetic import SyntheticConfig, generate
+
+    generate(tmp_path, SyntheticConfig(num_train=3, num_val=1, num_test=1, image_size=64))
+    err = capsys.readouterr().err
+    assert "dataset: 100%" in err and "5/5" in err and "img/s" in err

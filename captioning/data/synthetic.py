@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw
+from tqdm import tqdm
 
 from ..provenance import fingerprint
 
@@ -184,7 +185,8 @@ def generate(root: str | os.PathLike, cfg: SyntheticConfig, num_captions: int = 
     rng = random.Random(cfg.seed)
     images = []
     splits = ["train"] * cfg.num_train + ["val"] * cfg.num_val + ["test"] * cfg.num_test
-    for imgid, split in enumerate(splits):
+    # The same kind of progress bar as feature extraction's (rate and ETA), on stderr.
+    for imgid, split in enumerate(tqdm(splits, unit="img", desc="dataset", dynamic_ncols=True)):
         pixels, objects = make_scene(rng, cfg)
         filename = f"{imgid:06d}.png"
         Image.fromarray(pixels).save(out / "images" / filename)

@@ -175,7 +175,7 @@ RULES = [
     ("data.synthetic.num_train", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
     ("data.synthetic.num_val", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
     ("data.synthetic.num_test", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
-    ("data.synthetic.image_size", lambda v: isinstance(v, int) and v >= 32, "an integer >= 32"),
+    ("data.synthetic.image_size", lambda v: isinstance(v, int) and v >= 48, "an integer >= 48"),
     ("encoder.image_size", lambda v: isinstance(v, int) and v >= 32,
      "an integer >= 32 (the ResNet's stride)"),
     ("encoder.batch_size", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
