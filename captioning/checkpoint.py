@@ -94,11 +94,16 @@ def checkpoint_config(ckpt: dict, path: str | Path) -> tuple[dict, list[str]]:
     return hp["cfg"], hp["vocab"]
 
 
+def model_state(ckpt: dict) -> dict:
+    """The Captioner's state dict inside a training checkpoint (the LightningModule's keys carry
+    a `model.` prefix)."""
+    return {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()}
+
+
 def load_checkpoint(path: str | Path, map_location: str = "cpu") -> tuple[Captioner, Vocabulary, dict]:
     """(model in eval mode, vocabulary, resolved config) from a `*.ckpt` written by train()."""
     ckpt = read_checkpoint(path, map_location)
     cfg, vocab = checkpoint_config(ckpt, path)
     model = build_captioner(cfg, len(vocab))
-    state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()}
-    model.load_state_dict(state)
+    model.load_state_dict(model_state(ckpt))
     return model.eval(), Vocabulary(vocab), cfg

@@ -62,7 +62,8 @@ def _drop(cfg: dict, dotted: str) -> None:
     cfg.pop(last, None)
 
 
-def _get(cfg: dict, dotted: str):
+def get_dotted(cfg: dict, dotted: str):
+    """cfg['a']['b'] for 'a.b'; None when any part is missing."""
     for key in dotted.split("."):
         if not isinstance(cfg, dict):
             return None
@@ -98,9 +99,9 @@ def hashed_view(cfg: dict) -> dict:
     for dotted in NOT_HASHED:
         _drop(view, dotted)
     for dotted in CONTENT_HASHED:
-        if (path := _get(view, dotted)) is not None:
+        if (path := get_dotted(view, dotted)) is not None:
             *parents, last = dotted.split(".")
-            holder = _get(view, ".".join(parents)) if parents else view
+            holder = get_dotted(view, ".".join(parents)) if parents else view
             holder[last] = file_fingerprint(path)
     return view
 

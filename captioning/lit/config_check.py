@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 from ..errors import UserError
 from ..models.captioner import build_captioner
 from ..models.encoder import ENCODERS, encoder_dim, find_weights
-from ..provenance import flatten
+from ..provenance import flatten, get_dotted
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
@@ -140,15 +140,6 @@ def unknown_keys(cfg: dict) -> list[str]:
     return problems
 
 
-def _number(cfg: dict, dotted: str):
-    value = cfg
-    for part in dotted.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return None
-        value = value[part]
-    return value
-
-
 # (key, test, what it must be). Keys that are absent are not checked.
 RULES = [
     ("decode.beam_size", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1 (1 = greedy)"),
@@ -189,7 +180,7 @@ RULES = [
 def bad_values(cfg: dict) -> list[str]:
     problems = []
     for key, ok, must in RULES:
-        value = _number(cfg, key)
+        value = get_dotted(cfg, key)
         if value is None:
             continue
         try:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import CheckpointError, checkpoint_config, read_checkpoint
+from ..checkpoint import CheckpointError, checkpoint_config, model_state, read_checkpoint
 from ..provenance import config_hash, flatten, hashed_view
 from .config_check import ConfigError
 
@@ -110,7 +110,7 @@ def load_initial_weights(model: torch.nn.Module, path: str, vocab: list[str]) ->
             f"init_from={path}: its vocabulary ({len(saved_vocab)} words) is not this dataset's "
             f"({len(vocab)} words); start from a checkpoint trained on the same data and "
             "data.min_word_freq")
-    state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()}
+    state = model_state(ckpt)
     try:
         missing, unexpected = model.load_state_dict(state, strict=False)
     except RuntimeError as err:  # shape mismatches: torch lists them one per line
