@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import subprocess
 from collections.abc import Mapping
 from datetime import datetime
@@ -125,6 +126,26 @@ def run_stamp() -> str:
     if "SLURM_JOB_ID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
         return f"slurm-{env['SLURM_JOB_ID']}-{env.get('SLURM_STEP_ID', '0')}"
     return datetime.now().strftime("%Y-%m-%d_%H-%M-%S_%f")
+
+
+def cpu_kind() -> str:
+    """The CPU a result was computed on, with the instruction set that decides its speed and,
+    through bf16 autocast, its numbers: "<model name> (amx|avx512|avx2|...)". Results are
+    reproducible per CPU kind, not across kinds (docs/results.md)."""
+    name, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                name = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+                break
+    except OSError:
+        pass
+    kind = next((k for k, flag in (("amx", "amx_tile"), ("avx512", "avx512f"), ("avx2", "avx2"))
+                 if flag in flags), platform.machine())
+    return f"{name} ({kind})"
 
 
 def git_commit() -> str | None:

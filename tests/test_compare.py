@@ -257,3 +257,15 @@ def test_the_slurm_sweep_launcher_composes_without_a_cluster():
     assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
     assert (launcher.partition, launcher.gpus_per_node, launcher.tasks_per_node) == ("gpu", 1, 1)
     assert (launcher.timeout_min, launcher.cpus_per_task, launcher.mem_gb) == (720, 8, 64)
+
+
+def test_report_only_on_no_cells_says_so_and_writes_nothing(tmp_path, caplog):
+    """A fresh clone before any cell finished: no empty report.md, no crash in the plots."""
+    from captioning.compare.run import run_comparison
+
+    cfg = OmegaConf.create({"compare": {**SPEC, "name": "g", "root": str(tmp_path), "train": False,
+                                        "benchmark": False, "dim_settings": DIMS}})
+    with caplog.at_level("WARNING"):
+        assert run_comparison(cfg, [], FakeRuns().compose) is None
+    assert "no finished cells" in caplog.text and "compare.train=true" in caplog.text
+    assert not any((tmp_path / "g").glob("*/report.md"))

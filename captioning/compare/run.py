@@ -33,10 +33,10 @@ def throughput(spec: dict) -> dict:
 
 
 def run_comparison(cfg: DictConfig, overrides: list[str],
-                   compose: Callable[[list[str]], DictConfig]) -> Path:
+                   compose: Callable[[list[str]], DictConfig]) -> Path | None:
     """cfg: the composed train config with a `compare` block (an experiment preset);
     overrides: the user's command-line overrides, applied to every cell; compose(overrides)
-    -> a cell's train config. Returns the report directory."""
+    -> a cell's train config. Returns the report directory (None: no finished cell)."""
     if "compare" not in cfg:
         raise SystemExit("no compare settings: add experiment=cross_modal (or cross_modal_quick)")
     spec = OmegaConf.to_container(cfg.compare, resolve=True)
@@ -50,6 +50,10 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
     else:  # report only: the cells that exist
         dirs = {c: d for c in cells if ((d := runner.config(runner.resolve(c))[1]) / "results.json").exists()}
     train_s = time.time() - start
+    if not dirs:  # report-only before any cell finished: nothing to report, nothing written
+        log.warning("no finished cells under %s: nothing to report (train them with "
+                    "compare.train=true, or copy a grid's cells/ there)", root / "cells")
+        return None
     reruns = runner.verify(dirs, spec.get("verify", 0), spec.get("train", True))
     records, _, _ = load_dataset_records(OmegaConf.to_container(cfg.data, resolve=True))
     refs = {r.image_id: r.captions for r in records if r.split == "test"}

@@ -17,9 +17,10 @@ from pytorch_lightning.callbacks import LearningRateMonitor
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_only
 
+from ..data.features import extraction_dtype, resolve_device
 from ..models.attention import cross_attention_modules
 from ..models.captioner import resolved_attention
-from ..provenance import config_hash, flatten, git_commit
+from ..provenance import config_hash, cpu_kind, flatten, git_commit
 from .checkpointing import AtomicCheckpointIO, RNGState, checkpoint_callbacks, newest_checkpoint
 from .config_check import OWN_TRAINER_KEYS, check_config
 from .console import EpochLine, quiet_lightning
@@ -116,6 +117,12 @@ def train(cfg: DictConfig) -> dict:
         seed=plain["seed"],
         config_hash=config_hash(plain),
         git_commit=git_commit(),
+        # Where it ran: results reproduce per CPU kind (bf16 on AMX), not across kinds.
+        machine=cpu_kind(),
+        gpu=torch.cuda.get_device_name() if trainer.strategy.root_device.type == "cuda" else None,
+        # The precision the cached features were extracted in (the store is keyed by it).
+        feature_precision=str(extraction_dtype(resolve_device(plain["encoder"].get("device", "auto"))))
+        .removeprefix("torch."),
         params=sum(p.numel() for p in module.model.decoder.parameters()),
         attention_params=sum(p.numel() for m in cross for p in m.parameters()),
         # What `mixed` decided at construction (equals the name for every other mode).
