@@ -32,6 +32,9 @@ def test_expand_grid_is_seed_major_with_blinds():
     assert Cell("lstm", "matched", "blind", 1) in cells
     assert Cell("lstm", "matched", "blind", 0).overrides(DIMS) == [
         "decoder=lstm", "seed=0", "encoder.pca_dim=512", "attention=additive", "data.blind=true"]
+    assert Cell("transformer", "matched", "dot", 0).overrides(
+        DIMS, {"transformer": ["trainer.max_epochs=5"]}) == [
+        "decoder=transformer", "seed=0", "trainer.max_epochs=5", "encoder.pca_dim=512", "attention=dot"]
     with pytest.raises(ValueError, match="dim_settings"):
         Cell("lstm", "other", "dot", 0).overrides(DIMS)
 

@@ -34,11 +34,14 @@ class Cell:
     def label(self) -> str:
         return f"{self.decoder}/{self.dims}/{self.attention}/s{self.seed}"
 
-    def overrides(self, dims: dict[str, list[str]]) -> list[str]:
-        """Hydra overrides that make this cell out of the experiment's base config."""
+    def overrides(self, dims: dict[str, list[str]],
+                  decoders: dict[str, list[str]] | None = None) -> list[str]:
+        """Hydra overrides that make this cell out of the experiment's base config: its dims'
+        settings and its decoder's (compare.decoder_settings, e.g. its step budget)."""
         if self.dims not in dims:
             raise ValueError(f"compare.dim_settings has no entry '{self.dims}'; known: {sorted(dims)}")
-        out = [f"decoder={self.decoder}", f"seed={self.seed}", *dims[self.dims]]
+        out = [f"decoder={self.decoder}", f"seed={self.seed}", *(decoders or {}).get(self.decoder, []),
+               *dims[self.dims]]
         if self.attention == BLIND:
             return out + ["attention=additive", "data.blind=true"]
         return out + [f"attention={self.attention}"]
@@ -56,12 +59,14 @@ class GridRunner:
     """compose(overrides) -> config; cells run into root/cells/<config hash>/."""
 
     def __init__(self, compose: Callable[[list[str]], DictConfig], overrides: list[str],
-                 root: Path, dims: dict[str, list[str]]) -> None:
+                 root: Path, dims: dict[str, list[str]],
+                 decoders: dict[str, list[str]] | None = None) -> None:
         self.compose, self.overrides, self.root, self.dims = compose, list(overrides), root, dims
+        self.decoders = decoders or {}
         self._legacy: dict[Path, dict] | None = None
 
     def config(self, cell: Cell, output_dir: Path | None = None) -> tuple[DictConfig, Path]:
-        cfg = self.compose(self.overrides + cell.overrides(self.dims))
+        cfg = self.compose(self.overrides + cell.overrides(self.dims, self.decoders))
         with open_dict(cfg):
             cfg.paths.output_dir = "unset"  # paths are not hashed; resolvable without Hydra
         plain = OmegaConf.to_container(cfg, resolve=True)
