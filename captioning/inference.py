@@ -23,7 +23,7 @@ def _figure_path(attention_map: str | None, image: Path, many: bool) -> Path | N
 @torch.no_grad()
 def caption_images(
     checkpoint: str | Path, image: str | Path, decode: dict | None = None,
-    attention_map: str | None = None, batch_size: int = 16,
+    attention_map: str | None = None, batch_size: int = 16, scale: str = "shared",
 ) -> tuple[list[dict], list[tuple[str, str]]]:
     """-> ([{image, caption, figure}], [(path, why skipped)]). A directory is captioned file by
     file (sorted); unreadable files are skipped and reported, never fatal."""
@@ -58,7 +58,7 @@ def caption_images(
             fig = _figure_path(attention_map, path, many)
             if fig is not None:
                 rgb = np.ascontiguousarray(items[i][0].permute(1, 2, 0).numpy())
-                attention_figure(rgb, words, caption.weights, fig)
+                attention_figure(rgb, words, caption.weights, fig, scale=scale)
             results.append({"image": str(path), "caption": " ".join(words),
                             "figure": str(fig) if fig else None})
     return results, skipped

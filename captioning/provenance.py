@@ -17,7 +17,7 @@ from pathlib import Path
 # not what is computed: they never change a metric, so they are left out of a run's config hash.
 # Two identical runs in two run dirs (or two checkouts, or two data folders) share one hash.
 NOT_HASHED = (
-    "paths", "logger", "media", "compare", "hydra", "task_name",
+    "paths", "logger", "media", "compare", "hydra", "task_name", "run_name",
     "resume",                          # continuing a run is the same experiment
     "checkpoint.every_n_steps",        # how often state is saved, not what is trained
     "trainer.default_root_dir", "trainer.enable_progress_bar", "trainer.enable_model_summary",

@@ -18,7 +18,8 @@ from captioning.inference import caption_images
 def main(cfg: DictConfig) -> None:
     """Caption every readable image; files that are not images are skipped with a message."""
     results, skipped = caption_images(
-        cfg.checkpoint, cfg.image, OmegaConf.to_container(cfg.decode), cfg.attention_map
+        cfg.checkpoint, cfg.image, OmegaConf.to_container(cfg.decode), cfg.attention_map,
+        scale=cfg.attention_scale,
     )
     for r in results:
         extra = f"  -> {r['figure']}" if r.get("figure") else ""

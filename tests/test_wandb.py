@@ -59,7 +59,8 @@ def test_mode_rules(wandb_env, monkeypatch):
 def test_offline_run_holds_config_metrics_table_and_figures(tiny_cfg, wandb_env, caplog):
     """logger=all: wandb offline (auto, no key) + TensorBoard + CSV from one tiny training."""
     cfg = tiny_cfg("logger=all", "trainer.max_epochs=2", "media.num_samples=4",
-                   "media.num_attention=2", "trainer.num_sanity_val_steps=1")
+                   "media.num_attention=2", "trainer.num_sanity_val_steps=1",
+                   "logger.wandb.log_model=true")
     with caplog.at_level(logging.INFO):
         results = train(cfg)
     out = Path(cfg.paths.output_dir)
@@ -104,13 +105,25 @@ def test_offline_run_holds_config_metrics_table_and_figures(tiny_cfg, wandb_env,
     # TensorBoard: scalars, the same attention figures, the caption table as text.
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    acc = EventAccumulator(str(out / "tensorboard"), size_guidance={"images": 0, "tensors": 0})
+    # one event dir per run, named like the wandb run (readable in `--logdir outputs`)
+    assert [p.name for p in (out / "tensorboard").iterdir()] == [cfg.run_name]
+    acc = EventAccumulator(str(out / "tensorboard" / cfg.run_name), size_guidance={"images": 0, "tensors": 0})
     acc.Reload()
     tags = acc.Tags()
     assert "val/bleu4" in tags["scalars"] and "train/loss" in tags["scalars"]
     assert len([t for t in tags["images"] if t.startswith("val/attention/")]) == 2
     assert any(t.startswith("val/samples") for t in tags["tensors"])
     assert (out / "csv" / "metrics.csv").exists()
+
+    # log_model: the artifact's files are staged inside the run dir (hard links: no extra disk),
+    # never copied into wandb's staging or cache dirs under the home directory.
+    (staged,) = (out / "artifacts").glob("model-*")
+    assert sorted(p.name for p in staged.iterdir()) == ["model.ckpt", "results.json", "vocab.json"]
+    best = out / "checkpoints" / "best.ckpt"
+    assert (staged / "model.ckpt").stat().st_ino == best.stat().st_ino
+    home = wandb_env / "wandb-home"
+    assert not [p for p in home.rglob("*") if p.is_file() and p.stat().st_size > 100_000]
+    assert any(r["type"] == "artifact" for r in records)
 
 
 def _closed_port() -> int:
@@ -170,7 +183,7 @@ def test_sweep_jobs_and_debug_runs_are_labelled(tmp_path, data_dir, wandb_env):
     from conftest import TINY
 
     args = ["-m"] + [a for a in TINY if not a.startswith(("logger=", "trainer.max_epochs"))] + [
-        "logger=wandb", "debug=fast", "seed=0,1", "decode.beam_size=1",
+        "logger=all", "debug=fast", "seed=0,1", "decode.beam_size=1",
         f"paths.data_dir={data_dir}", f"paths.log_dir={tmp_path}"]
     proc = subprocess.run([sys.executable, "train.py", *args], cwd=Path(__file__).parents[1],
                           capture_output=True, text=True, timeout=600)
@@ -182,4 +195,7 @@ def test_sweep_jobs_and_debug_runs_are_labelled(tmp_path, data_dir, wandb_env):
         run = next(r["run"] for r in read_run(run_dir) if r["type"] == "run")
         assert run["display_name"].endswith(f"-{sweep.name}-{job}")
         assert f"sweep={sweep.name}" in run["tags"] and "debug" in run["tags"]
+        # TensorBoard lists <job dir>/tensorboard/<the same name>
+        (tb,) = (run_dir.parents[1] / "tensorboard").iterdir()
+        assert tb.name == run["display_name"]
     assert "litlogger" not in proc.stdout + proc.stderr  # Lightning's advertisement is gone

@@ -26,6 +26,7 @@ from ..errors import UserError
 from ..models.captioner import build_captioner
 from ..models.encoder import ENCODERS, encoder_dim, find_weights
 from ..provenance import flatten, get_dotted
+from ..visualize import SCALES
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
@@ -152,6 +153,7 @@ RULES = [
     ("trainer.nan_max_in_row", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0"),
     ("trainer.matmul_precision", lambda v: v in ("highest", "high", "medium"),
      "highest, high (TF32) or medium"),
+    ("media.attention_scale", lambda v: v in SCALES, " or ".join(SCALES)),
     ("optim.lr_scaling", lambda v: v in ("none", "sqrt", "linear"), "none, sqrt or linear"),
     ("optim.optimizer.lr", lambda v: v > 0, "> 0"),
     ("optim.optimizer.weight_decay", lambda v: v >= 0, ">= 0"),

@@ -27,8 +27,10 @@ class ValidationMedia(pl.Callback):
     Only wandb and TensorBoard loggers receive media; with neither this does nothing.
     """
 
-    def __init__(self, num_samples: int = 8, num_attention: int = 2, every_n_epochs: int = 1) -> None:
+    def __init__(self, num_samples: int = 8, num_attention: int = 2, every_n_epochs: int = 1,
+                 attention_scale: str = "shared") -> None:
         self.num_samples, self.num_attention = num_samples, num_attention
+        self.attention_scale = attention_scale
         self.every_n_epochs = max(1, every_n_epochs)
         self.seconds: list[float] = []  # media time per epoch, for the cost report
         self._samples: list[dict] = []
@@ -63,7 +65,8 @@ class ValidationMedia(pl.Callback):
             words = sample["hyp"]
             rows.append((record.image_id, image, " ".join(words), record.texts))
             if k < self.num_attention and ok and words:
-                figures.append((record.image_id, words, _attention_array(image, words, sample["weights"])))
+                figures.append((record.image_id, words, _attention_array(image, words, sample["weights"],
+                                                                     self.attention_scale)))
         step = trainer.global_step
         for logger in loggers:
             if isinstance(logger, WandbLogger):
@@ -75,12 +78,12 @@ class ValidationMedia(pl.Callback):
         log.debug("validation media: %.2f s", self.seconds[-1])
 
 
-def _attention_array(image: np.ndarray, words: list[str], weights) -> np.ndarray:
+def _attention_array(image: np.ndarray, words: list[str], weights, scale: str) -> np.ndarray:
     """The attention figure (input + one panel per word; weights (len(words), N)) as an
     (H, W, 3) uint8 array."""
     from ..visualize import attention_canvas  # matplotlib only when media are made
 
-    return attention_canvas(image, words, weights)
+    return attention_canvas(image, words, weights, scale=scale)
 
 
 def _to_wandb(logger: WandbLogger, rows, figures, epoch: int, step: int) -> None:

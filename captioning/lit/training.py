@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import shutil
 import statistics
 import time
 from pathlib import Path
@@ -76,16 +78,19 @@ def train(cfg: DictConfig) -> dict:
 
     checkpoints = checkpoint_callbacks(out, plain)
     best_checkpoint = checkpoints[0]
-    logger_cfg = plain.get("logger") or {}
+    logger_cfg = dict(plain.get("logger") or {})
+    tags, suffix = run_labels(plain)
     if "wandb" in logger_cfg:
         spec = dict(logger_cfg["wandb"])
-        tags, suffix = run_labels(plain)
         spec["tags"] = [*(spec.get("tags") or []), *tags]
         if suffix:
             spec["name"] = f"{spec.get('name') or 'run'}-{suffix}"
         if run_info.get("wandb_id"):  # the same wandb run continues
             spec["id"] = run_info["wandb_id"]
-        logger_cfg = {**logger_cfg, "wandb": spec}
+        logger_cfg["wandb"] = spec
+    if suffix and "tensorboard" in logger_cfg:  # sweep jobs apart in TensorBoard's run list too
+        tb = logger_cfg["tensorboard"]
+        logger_cfg["tensorboard"] = {**tb, "version": f"{tb.get('version') or 'run'}-{suffix}"}
     loggers = build_loggers(logger_cfg)
     throughput, media = Throughput(), ValidationMedia(**plain.get("media", {}))
     callbacks = [*checkpoints, RNGState(), throughput, media, EpochLine(best_checkpoint)]
@@ -192,12 +197,34 @@ def _finish_wandb(logger: WandbLogger, results: dict, out: Path, vocab: list[str
     if getattr(logger, "log_model_artifact", False):
         (out / "vocab.json").write_text(json.dumps(vocab))
         artifact = wandb.Artifact(f"model-{run.id}", type="model", metadata=results)
-        artifact.add_file(str(best or out / "checkpoints" / "last.ckpt"), name="model.ckpt")
-        artifact.add_file(str(out / "vocab.json"))
-        artifact.add_file(str(out / "results.json"))
+        staged = _stage_artifact(out / "artifacts" / artifact.name, {
+            "model.ckpt": Path(best or out / "checkpoints" / "last.ckpt"),
+            "vocab.json": out / "vocab.json", "results.json": out / "results.json"})
+        for name, path in staged.items():
+            # immutable: wandb uploads from our staged copy instead of copying it to its own
+            # staging dir in the home directory; skip_cache: and no second copy in ~/.cache
+            artifact.add_file(str(path), name=name, policy="immutable", skip_cache=True)
         run.log_artifact(artifact, aliases=["best"])
     offline = run.settings.mode == "offline"
     hint = sync_hint(run) if offline else None
     run.finish()
     if hint:
         log.info(hint)
+
+
+def _stage_artifact(folder: Path, files: dict[str, Path]) -> dict[str, Path]:
+    """Freeze the artifact's files inside the run dir until wandb uploads them (at the end of an
+    online run, or at `wandb sync` of an offline one): hard links where the file system allows
+    (no extra disk: a resumed run replaces best.ckpt by a new file, the link keeps this one),
+    copies elsewhere. -> {name in the artifact: staged path}."""
+    folder.mkdir(parents=True, exist_ok=True)
+    staged = {}
+    for name, src in files.items():
+        dst = folder / name
+        dst.unlink(missing_ok=True)
+        try:
+            os.link(src, dst)
+        except OSError:  # another file system, or no hard links
+            shutil.copy2(src, dst)
+        staged[name] = dst
+    return staged
