@@ -180,33 +180,44 @@ def test_verify_picks_cells_in_grid_order_and_reports_existing_reruns(tmp_path, 
     assert len(runner.verify(dirs, 3)) == 3 and len(fake.trained) == 3
 
 
-def _legacy_cell(root: Path, cfg: dict, name: str = "0ld") -> Path:
-    """A finished cell as an older hash rule named it: results + a checkpoint with its config."""
+def _legacy_cell(root: Path, cfg: dict, name: str = "0ld", committed: bool = False) -> Path:
+    """A finished cell as an older hash rule named it: results + a checkpoint with its config,
+    or (committed: what a fresh clone has) results + cell.json, no checkpoint."""
     import torch
+
+    from captioning.provenance import hashed_view
 
     cell = root / "cells" / name
     (cell / "checkpoints").mkdir(parents=True)
     (cell / "results.json").write_text(json.dumps({"test/bleu4": 0.4}))
+    if committed:
+        (cell / "cell.json").write_text(json.dumps(hashed_view(cfg)))
+        return cell
     torch.save({"state_dict": {}, "hyper_parameters": {"format_version": 1, "cfg": cfg, "vocab": []}},
                cell / "checkpoints" / "best.ckpt")
     return cell
 
 
-def test_cells_named_by_an_older_hash_rule_are_adopted_not_retrained(tmp_path, monkeypatch):
+@pytest.mark.parametrize("committed", [False, True], ids=["checkpoint", "cell.json"])
+def test_cells_named_by_an_older_hash_rule_are_adopted_not_retrained(tmp_path, monkeypatch, committed):
     """A finished cell whose stored config equals the cell's config on every key it has (keys
-    added since are absent from it) is renamed to today's hash; one that differs is trained."""
+    added since are absent from it) is renamed to today's hash; one that differs is trained.
+    A fresh clone has no checkpoints: the committed cell.json is enough."""
     fake = FakeRuns()
     monkeypatch.setattr(grid_mod, "train", fake.train)
     runner = GridRunner(fake.compose, [], tmp_path, DIMS)
     cell = Cell("lstm", "matched", "dot", 0)
     plain = OmegaConf.to_container(runner.config(cell)[0], resolve=True)
     old = {k: v for k, v in plain.items() if k != "seed"}  # "seed" did not exist back then
-    legacy = _legacy_cell(tmp_path, old)
-    other = _legacy_cell(tmp_path, {**old, "encoder": {"name": "resnet50", "pca_dim": 64}}, "0ther")
+    legacy = _legacy_cell(tmp_path, old, committed=committed)
+    other = _legacy_cell(tmp_path, {**old, "encoder": {"name": "resnet50", "pca_dim": 64}}, "0ther",
+                         committed=committed)
     dirs = GridRunner(fake.compose, [], tmp_path, DIMS).run([cell, Cell("lstm", "matched", "additive", 0)])
     assert not legacy.exists() and (dirs[cell] / "results.json").is_file()  # renamed, kept
     assert fake.trained == ["additive/512/0/False"]  # no legacy cell matches it: trained
     assert other.exists()  # pca_dim 64 is no cell of this grid: left alone
+    # every cell of the grid now has its cell.json (written before training / from the checkpoint)
+    assert all((d / "cell.json").is_file() for d in dirs.values())
 
 
 def test_a_cell_killed_mid_training_resumes_from_its_checkpoint(tmp_path, monkeypatch):

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from ..checkpoint import checkpoint_config, read_checkpoint
 from ..lit.training import train
 from ..models.captioner import resolved_attention
-from ..provenance import config_hash, flatten, hashed_view
+from ..provenance import config_hash, fingerprint, flatten, hashed_view
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,29 @@ def expand_grid(spec: dict) -> list[Cell]:
             for dims in spec["dims"] for mode in modes]
 
 
+CELL_CONFIG = "cell.json"  # a cell's hashed config, flat: committed with its results
+
+
+def cell_config(out: Path) -> dict | None:
+    """A finished cell's hashed config (provenance.hashed_view): from cell.json (committed, so a
+    fresh clone can adopt cells after the config gained keys), else from its checkpoint (and
+    then written to cell.json)."""
+    saved = out / CELL_CONFIG
+    if saved.is_file():
+        return json.loads(saved.read_text())
+    ckpts = [p for name in ("best.ckpt", "last.ckpt") if (p := out / "checkpoints" / name).is_file()]
+    if not ckpts:
+        return None
+    try:
+        cfg, _ = checkpoint_config(read_checkpoint(ckpts[0]), ckpts[0])
+    except ValueError as err:
+        log.warning("grid: cannot read %s (%s); not adopted", ckpts[0], err)
+        return None
+    view = hashed_view(cfg)
+    saved.write_text(json.dumps(view, indent=1, sort_keys=True, default=str))
+    return view
+
+
 class GridRunner:
     """compose(overrides) -> config; cells run into root/cells/<config hash>/."""
 
@@ -84,17 +107,9 @@ class GridRunner:
         if self._legacy is None:
             self._legacy = {}
             for cell in sorted((self.root / "cells").glob("*/results.json")):
-                ckpts = [p for name in ("best.ckpt", "last.ckpt")
-                         if (p := cell.parent / "checkpoints" / name).is_file()]
-                if not ckpts:
-                    continue
-                try:
-                    cfg, _ = checkpoint_config(read_checkpoint(ckpts[0]), ckpts[0])
-                except ValueError as err:
-                    log.warning("grid: cannot read %s (%s); not adopted", ckpts[0], err)
-                    continue
-                if config_hash(cfg) != cell.parent.name:
-                    self._legacy[cell.parent] = flatten(hashed_view(cfg))
+                view = cell_config(cell.parent)
+                if view is not None and fingerprint(view) != cell.parent.name:
+                    self._legacy[cell.parent] = flatten(view)
         return self._legacy
 
     def _adopt_legacy(self, plain: dict, out: Path) -> None:
@@ -133,8 +148,13 @@ class GridRunner:
         log.info("grid: %d cells, %d distinct runs, %d finished, %d to train",
                  len(cells), len(set(dirs.values())), done, len(todo))
         configs = []
+        for out in set(dirs.values()) - {self.config(c)[1] for c in todo}:
+            cell_config(out)  # finished: make sure its cell.json exists (older grids lacked it)
         for k, cell in enumerate(todo, 1):
             cfg, out = self.config(cell)
+            out.mkdir(parents=True, exist_ok=True)
+            view = hashed_view({**OmegaConf.to_container(cfg, resolve=True), "hydra": None})
+            (out / CELL_CONFIG).write_text(json.dumps(view, indent=1, sort_keys=True, default=str))
             if any((out / "checkpoints").glob("*.ckpt")):  # killed mid-training: continue it
                 with open_dict(cfg):
                     cfg.resume = str(out)
