@@ -58,7 +58,15 @@ def test_the_console_shows_each_validation_epoch(tmp_path, data_dir):
     assert proc.returncode == 0, out[-2000:]
     assert "epoch 1/2: val/bleu4 " in out and "(new best)" in out
     assert "epoch 2/2: val/bleu4 " in out and "val/attr_acc" in out
-    assert "test/bleu4" in out and "results: " in out  # the final table and where it is
+    # The final summary: our table (float64 scores, files), not Lightning's float32 one.
+    summary = out[out.index("summary: additive-lstm-"):]
+    for label in ("test BLEU-1..4", "attribute acc", "grounding", "best checkpoint", "results"):
+        assert f"  {label}" in summary, summary
+    assert f"{tmp_path}/results.json" in summary and "Test metric" not in out
+    bleu4 = float(summary.split("test BLEU-1..4")[1].split()[3])
+    import json
+
+    assert bleu4 == round(json.loads((tmp_path / "results.json").read_text())["test/bleu4"], 4)
 
 
 def test_data_generation_shows_a_progress_bar(tmp_path, capsys):

@@ -54,3 +54,37 @@ def quiet_lightning() -> None:
     target = logging.getLogger("pytorch_lightning.utilities.rank_zero")
     if not any(isinstance(f, _NoPromotion) for f in target.filters):
         target.addFilter(_NoPromotion())
+
+
+def summary_table(results: dict, name: str, out, best_path: str | None, monitor: str,
+                  best_score: float | None) -> str:
+    """The run's last words: the test scores (as computed, float64, not Lightning's float32
+    table), where the files are, and what was skipped. Keys a dataset has no use for (attribute
+    accuracy on real captions) are left out."""
+    def row(label: str, value: str) -> str:
+        return f"  {label:<16} {value}"
+
+    minutes, seconds = divmod(round(results.get("wall_time_s", 0)), 60)
+    lines = [f"summary: {name} ({minutes} min {seconds} s)"]
+    bleu = [results.get(f"test/bleu{n}") for n in range(1, 5)]
+    if all(b is not None for b in bleu):
+        lines.append(row("test BLEU-1..4", " ".join(f"{b:.4f}" for b in bleu)))
+    if "test/attr_acc" in results:
+        parts = ", ".join(f"{k} {results[f'test/attr_acc_{k}']:.3f}"
+                          for k in ("colour", "shape", "size", "position")
+                          if f"test/attr_acc_{k}" in results)
+        acc = f"{results['test/attr_acc']:.4f}" + (f" ({parts})" if parts else "")
+        lines.append(row("attribute acc", acc))
+    if "test/grounding_ratio" in results:
+        lines.append(row("grounding", f"{results['test/grounding_ratio']:.2f} x uniform"))
+    if "test/attn_entropy" in results:
+        lines.append(row("attn entropy", f"{results['test/attn_entropy']:.2f} nats"))
+    if best_path:
+        score = "" if best_score is None else f" ({monitor} {best_score:.4f})"
+        lines.append(row("best checkpoint", f"{best_path}{score}"))
+    lines.append(row("results", f"{out}/results.json, predictions.json"))
+    skipped = results.get("skipped_images", 0)
+    if skipped or results.get("nonfinite_skipped_batches"):
+        lines.append(row("skipped", f"{skipped} images (skipped_images.txt), "
+                                    f"{results.get('nonfinite_skipped_batches', 0)} non-finite batches"))
+    return "\n".join(lines)

@@ -25,7 +25,7 @@ from ..models.captioner import resolved_attention
 from ..provenance import config_hash, cpu_kind, flatten, git_commit
 from .checkpointing import AtomicCheckpointIO, RNGState, checkpoint_callbacks, newest_checkpoint
 from .config_check import OWN_TRAINER_KEYS, check_config
-from .console import EpochLine, quiet_lightning
+from .console import EpochLine, quiet_lightning, summary_table
 from .datamodule import CaptionDataModule
 from .loggers import build_loggers, run_labels, sync_hint
 from .media import ValidationMedia
@@ -111,7 +111,8 @@ def train(cfg: DictConfig) -> dict:
         logger.log_hyperparams(hparams)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_ckpt)
     # Test the best checkpoint; when no validation ran (or none improved), test as trained.
-    test = trainer.test(module, datamodule=datamodule,
+    # verbose=False: Lightning's float32 table gives way to ours (console.summary_table)
+    test = trainer.test(module, datamodule=datamodule, verbose=False,
                         ckpt_path=best_checkpoint.best_model_path or None)
 
     cross = cross_attention_modules(module.model.decoder)
@@ -150,7 +151,10 @@ def train(cfg: DictConfig) -> dict:
         if datamodule.data.skipped:  # one line per skipped file: path <TAB> why
             (out / "skipped_images.txt").write_text(
                 "".join(f"{path}\t{why}\n" for path, why in datamodule.data.skipped))
-        log.info("results: %s", out / "results.json")
+        best_score = best_checkpoint.best_model_score
+        log.info("%s", summary_table(results, plain.get("run_name") or out.name, out,
+                                     best_checkpoint.best_model_path, best_checkpoint.monitor,
+                                     None if best_score is None else float(best_score)))
         for logger in loggers:
             if isinstance(logger, WandbLogger):
                 _finish_wandb(logger, results, out, module.vocab.itos,
