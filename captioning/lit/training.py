@@ -40,6 +40,7 @@ def train(cfg: DictConfig) -> dict:
     """Check the config, prepare data, fit (or resume), test the best checkpoint; write
     results.json and predictions.json."""
     start = time.time()
+    commit = git_commit()  # the code as it was loaded: the tree may change while this runs
     quiet_lightning()
     plain = _plain(cfg)
     check_config(plain)  # every mistake the config alone shows, before any work
@@ -122,7 +123,7 @@ def train(cfg: DictConfig) -> dict:
         wall_time_s=round(time.time() - start, 2),
         seed=plain["seed"],
         config_hash=config_hash(plain),
-        git_commit=git_commit(),
+        git_commit=commit,
         # Where it ran: results reproduce per CPU kind (bf16 on AMX), not across kinds.
         machine=cpu_kind(),
         gpu=torch.cuda.get_device_name() if trainer.strategy.root_device.type == "cuda" else None,
