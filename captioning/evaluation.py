@@ -5,7 +5,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import torch
+
+from .data.datasets import Pixels
+from .data.images import MAX_PIXELS
 from .data.prepare import load_features
+from .errors import UserError
 from .metrics import attribute_accuracy
 from .metrics.report import score_captions
 from .predict import Predictor
@@ -28,14 +33,26 @@ def evaluate_checkpoint(
     predictor = Predictor.load(checkpoint, decode)
     cfg = predictor.cfg
     data_cfg = {**cfg["data"], **(data_overrides or {})}
-    # Raw features as cached; the checkpoint's own normaliser is inside the model.
+    # Raw features as cached; the checkpoint's own normaliser is inside the model. A fine-tuned
+    # encoder's features are not in any store: its images are read and encoded here.
     data = load_features(data_cfg, cfg["encoder"])
     indices = data.split_indices(split)
     if not indices:
         raise ValueError(f"split '{split}' has no images in {data_cfg.get('json_path') or data_cfg['root']}")
+    pixels = Pixels(data, cfg["encoder"]["image_size"], data_cfg.get("max_image_pixels", MAX_PIXELS))
     hyps, start = [], time.perf_counter()
     for i in range(0, len(indices), batch_size):
-        hyps += [c.words for c in predictor(data.raw_features(indices[i : i + batch_size]))]
+        chunk = indices[i : i + batch_size]
+        if predictor.model.encoder is None:
+            raw = data.raw_features(chunk)
+        else:
+            read = [pixels(k) for k in chunk]
+            bad = [why for image, why in read if image is None]
+            if bad:  # readable when the store was built: a file changed since
+                raise UserError(f"cannot read {len(bad)} image(s) of split '{split}': {bad[:5]}")
+            with torch.no_grad():
+                raw = predictor.model.encode(torch.stack([image for image, _ in read]))
+        hyps += [c.words for c in predictor(raw)]
     seconds = time.perf_counter() - start
     records = [data.records[i] for i in indices]
     predictions = [{"image_id": r.image_id, "caption": " ".join(h)} for r, h in zip(records, hyps)]

@@ -38,7 +38,8 @@ def caption_images(
         raise FileNotFoundError(f"image path not found: {image}")
     many = image.is_dir()
     paths = sorted(p for p in image.iterdir() if p.is_file()) if many else [image]
-    encoder = build_encoder(cfg["encoder"]).eval()  # the same (seeded or pretrained) network
+    tuned = predictor.model.encoder is not None  # encoder.finetune: the checkpoint's own stages
+    encoder = None if tuned else build_encoder(cfg["encoder"]).eval()  # the frozen network
     files = ImageFiles(paths, cfg["encoder"]["image_size"], cfg["data"].get("max_image_pixels", MAX_PIXELS))
     results, skipped = [], []
     for start in range(0, len(paths), batch_size):
@@ -48,10 +49,12 @@ def caption_images(
         if not ok:
             continue
         pixels = torch.stack([items[i][0] for i in ok])  # (B, 3, H, W) uint8
-        # As the feature store has them: the same precision as extraction, stored as float16.
-        dtype = extraction_dtype(torch.device("cpu"))
-        with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
-            raw = encoder(pixels.float() / 255).to(torch.float16)  # (B, N, C)
+        if tuned:  # as in training's validation: the tuned encoder, float32 features
+            raw = predictor.model.encode(pixels)  # (B, N, C)
+        else:  # as the feature store has them: the precision of extraction, stored as float16
+            dtype = extraction_dtype(torch.device("cpu"))
+            with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+                raw = encoder(pixels.float() / 255).to(torch.float16)  # (B, N, C)
         captions = predictor(raw)
         for i, caption in zip(ok, captions):
             path, words = paths[start + i], caption.words

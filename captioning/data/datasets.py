@@ -1,13 +1,33 @@
 """Torch datasets over prepared features: (image, caption) pairs for training, images with all
-their references for evaluation; one collate that pads captions."""
+their references for evaluation; one collate that pads captions. With encoder fine-tuning the
+items carry the image itself (read per batch, augmented for training) instead of a store row."""
 
 from __future__ import annotations
+
+import logging
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from .augment import MIRRORED, augment, draw_generator, mirror_tokens
+from .images import MAX_PIXELS, read_image
 from .prepare import PreparedData
+
+log = logging.getLogger(__name__)
+
+
+class Pixels:
+    """Reads a record's image for the encoder (encoder.image_size square, uint8 (3, H, W)), or
+    None and why. The paths were confined to the image root when the store was built."""
+
+    def __init__(self, data: PreparedData, size: int, max_pixels: int = MAX_PIXELS) -> None:
+        self.data, self.size, self.max_pixels = data, size, max_pixels
+
+    def __call__(self, index: int) -> tuple[torch.Tensor | None, str]:
+        path = self.data.records[index].path
+        pixels, why = read_image(path, self.size, self.max_pixels)
+        return (None, f"{path}: {why}") if pixels is None else (torch.from_numpy(pixels).permute(2, 0, 1), "")
 
 
 class ImageCaptions(Dataset):
@@ -43,11 +63,37 @@ class ImageCaptions(Dataset):
         return {"index": int(self.images[k]), "tokens": captions}
 
 
-class EvalImages(Dataset):
-    """Each image of a split once, with all its references (words) and ground-truth objects."""
+class AugmentedImageCaptions(ImageCaptions):
+    """ImageCaptions whose items also carry the image, read from its file and augmented
+    (data/augment.py): keys are (epoch, k) pairs (EpochShuffle(with_epoch=True)), so the draw is
+    a function of (seed, epoch, image) and a resumed run repeats it."""
 
-    def __init__(self, data: PreparedData, split: str) -> None:
-        self.data, self.indices = data, data.split_indices(split)
+    def __init__(self, data: PreparedData, split: str, pixels: Pixels, seed: int,
+                 crop_scale: tuple[float, float] = (1.0, 1.0), flip: bool = True, max_len: int = 30,
+                 captions_per_image: int | None = None) -> None:
+        super().__init__(data, split, max_len, captions_per_image)
+        self.pixels, self.seed, self.crop_scale, self.flip = pixels, seed, tuple(crop_scale), flip
+        stoi = data.vocab.stoi
+        self.swap = {stoi[a]: stoi[b] for a, b in MIRRORED.items() if a in stoi and b in stoi}
+
+    def __getitem__(self, key: tuple[int, int]) -> dict:
+        epoch, k = key
+        item = super().__getitem__(k)
+        image, why = self.pixels(item["index"])
+        if image is not None:
+            g = draw_generator(self.seed, epoch, item["index"])
+            image, mirrored = augment(image, g, self.crop_scale, self.flip)
+            if mirrored:
+                item["tokens"] = [mirror_tokens(t, self.swap) for t in item["tokens"]]
+        return {**item, "image": image, "why": why}
+
+
+class EvalImages(Dataset):
+    """Each image of a split once, with all its references (words) and ground-truth objects;
+    with `pixels` (a fine-tuned encoder) also the image, as it is (no augmentation)."""
+
+    def __init__(self, data: PreparedData, split: str, pixels: Pixels | None = None) -> None:
+        self.data, self.indices, self.pixels = data, data.split_indices(split), pixels
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -55,7 +101,10 @@ class EvalImages(Dataset):
     def __getitem__(self, k: int) -> dict:
         i = self.indices[k]
         r = self.data.records[i]
-        return {"index": i, "refs": r.captions, "objects": r.objects, "image_id": r.image_id}
+        item = {"index": i, "refs": r.captions, "objects": r.objects, "image_id": r.image_id}
+        if self.pixels is not None:
+            item["image"], item["why"] = self.pixels(i)
+        return item
 
 
 class Collate:
@@ -67,8 +116,16 @@ class Collate:
         self.data, self.pad = data, pad
 
     def __call__(self, items: list[dict]) -> dict:
+        if "image" in items[0]:  # fine-tuning: images, not store rows
+            for it in items:
+                if it["image"] is None:  # readable when the store was built, not now: skip it
+                    log.warning("skipped an unreadable image in this batch: %s", it["why"])
+            items = [it for it in items if it["image"] is not None]
         index = torch.tensor([it["index"] for it in items])
-        batch = {"index": index, "features": self.data.raw_features(index.numpy())}  # (B, N, C)
+        if "image" in items[0]:
+            batch = {"index": index, "images": torch.stack([it["image"] for it in items])}  # (B, 3, H, W)
+        else:
+            batch = {"index": index, "features": self.data.raw_features(index.numpy())}  # (B, N, C)
         if "tokens" in items[0]:
             captions = [c for it in items for c in it["tokens"]]
             batch["tokens"] = torch.nn.utils.rnn.pad_sequence(

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Subset
 from tqdm import tqdm
 
-from ..models.encoder import ResNetEncoder, best_cpu_dtype, encoder_dim
+from ..models.encoder import ResNetEncoder, autocast_dtype, encoder_dim
 from ..provenance import fingerprint
 from .images import MAX_PIXELS, ImageFiles
 from .store import FeatureStore, LazyFeatures
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 def extraction_dtype(device: torch.device) -> torch.dtype:
     """bf16 autocast on GPUs and AMX CPUs (faster there), fp32 elsewhere."""
-    return best_cpu_dtype() if device.type == "cpu" else torch.bfloat16
+    return autocast_dtype(device)
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:

@@ -19,8 +19,9 @@ class EpochShuffle(Sampler[int]):
     makes the next iteration of that epoch skip its first k indices (a resume); the trainer's
     `set_epoch` moves to another epoch and forgets any skip meant for the old one."""
 
-    def __init__(self, n: int, seed: int, rank: int = 0, world: int = 1) -> None:
+    def __init__(self, n: int, seed: int, rank: int = 0, world: int = 1, with_epoch: bool = False) -> None:
         self.n, self.seed, self.rank, self.world = n, seed, rank, world
+        self.with_epoch = with_epoch  # yield (epoch, index): for datasets whose items depend on it
         self.epoch, self._skip = 0, 0
 
     def __len__(self) -> int:
@@ -43,4 +44,5 @@ class EpochShuffle(Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         skip, self._skip = self._skip, 0  # a skip applies to one iteration only
-        yield from self.order(self.epoch)[skip:]
+        order = self.order(self.epoch)[skip:]
+        yield from ((self.epoch, k) for k in order) if self.with_epoch else order

@@ -10,7 +10,8 @@ import torch
 from lightning_fabric.utilities.seed import pl_worker_init_function
 from torch.utils.data import DataLoader, DistributedSampler
 
-from ..data.datasets import Collate, EvalImages, ImageCaptions
+from ..data.datasets import AugmentedImageCaptions, Collate, EvalImages, ImageCaptions, Pixels
+from ..data.images import MAX_PIXELS
 from ..data.prepare import PreparedData, load_records_and_features, prepare_data
 from ..data.sampler import EpochShuffle
 
@@ -102,12 +103,28 @@ class CaptionDataModule(pl.LightningDataModule):
             worker_init_fn=_worker_init,
         )
 
+    @property
+    def finetune(self) -> bool:
+        """encoder.finetune: batches carry images (the feature store only fits the normaliser)."""
+        return bool(self.encoder_cfg.get("finetune"))
+
+    def _pixels(self) -> Pixels:
+        return Pixels(self.data, self.encoder_cfg["image_size"],
+                      self.data_cfg.get("max_image_pixels", MAX_PIXELS))
+
     def train_dataloader(self) -> DataLoader:
-        images = ImageCaptions(self.data, "train", self.data_cfg.get("max_caption_len", 30),
-                               self.data_cfg.get("captions_per_image"))
+        max_len, per_image = self.data_cfg.get("max_caption_len", 30), self.data_cfg.get("captions_per_image")
+        if self.finetune:
+            enc = self.encoder_cfg
+            augment = enc.get("augment", True)
+            images = AugmentedImageCaptions(
+                self.data, "train", self._pixels(), self.seed,
+                enc.get("crop_scale", (1.0, 1.0)) if augment else (1.0, 1.0), augment, max_len, per_image)
+        else:
+            images = ImageCaptions(self.data, "train", max_len, per_image)
         batch_size = self.data_cfg["batch_size"]
         # The trainer runs with use_distributed_sampler=false: this sampler shards by rank itself.
-        sampler = EpochShuffle(len(images), self.seed, *self._rank_world())
+        sampler = EpochShuffle(len(images), self.seed, *self._rank_world(), with_epoch=self.finetune)
         if self._resume is not None:  # continue where the checkpoint's run stopped
             epoch, done = self._resume["epoch"], self._resume["batches"]
             if self._resume["finished"]:  # saved at the epoch's end: the next one starts
@@ -118,7 +135,7 @@ class CaptionDataModule(pl.LightningDataModule):
         return self._loader(images, batch_size, sampler)
 
     def _eval_loader(self, split: str) -> DataLoader:
-        images = EvalImages(self.data, split)
+        images = EvalImages(self.data, split, self._pixels() if self.finetune else None)
         rank, world = self._rank_world()
         # Each rank decodes its share; the module gathers and de-duplicates (padding repeats).
         sampler = DistributedSampler(images, world, rank, shuffle=False) if world > 1 else None

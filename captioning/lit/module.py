@@ -47,12 +47,22 @@ class CaptioningModule(pl.LightningModule):
         self.test_predictions: list[dict] = []
         self.metrics: dict[str, dict] = {}  # stage -> the last scores, unrounded
 
+    def _raw_features(self, batch: dict) -> torch.Tensor:
+        """(B, N, C) raw encoder features: the store's rows, or with encoder.finetune the
+        images through the tuned encoder (its trained stages get gradients only in training,
+        once encoder.finetune_after_epochs have passed)."""
+        if "images" not in batch:
+            return batch["features"]
+        after = self.cfg["encoder"].get("finetune_after_epochs", 0)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.current_epoch >= after):
+            return self.model.encode(batch["images"])
+
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         tokens = batch["tokens"]  # (B, T)
         targets = tokens[:, 1:]  # (B, T-1)
         lengths = (targets != self.vocab.pad).sum(1)  # padding is never computed
         logits, _ = self.model(
-            batch["features"], tokens[:, :-1], lengths, batch["image_index"]
+            self._raw_features(batch), tokens[:, :-1], lengths, batch["image_index"]
         )  # (B, T-1, V)
         loss = F.cross_entropy(
             logits.flatten(0, 1).float(),
@@ -113,7 +123,7 @@ class CaptioningModule(pl.LightningModule):
         attention = self.model.decoder.attention
         if hasattr(attention, "pop_gate"):
             attention.pop_gate()  # forget training's gates: report this batch's decoding only
-        captions = caption_features(self.model, self.vocab, batch["features"], settings)
+        captions = caption_features(self.model, self.vocab, self._raw_features(batch), settings)
         steps = torch.cat([c.steps for c in captions])  # (every decoding step, N)
         # Per image: the sums of its steps' entropy/max/min. Averaging these sums after the
         # outputs of every process are gathered and de-duplicated gives exactly the
@@ -203,16 +213,30 @@ class CaptioningModule(pl.LightningModule):
         optim = self.cfg["optim"]
         scale = lr_scale(optim.get("lr_scaling", "none"), self.trainer.world_size)
         # Both configs are `_partial_: true`: instantiate gives a partial, called here.
-        optimizer = hydra.utils.instantiate(optim["optimizer"])(params=self.parameters())
+        optimizer = hydra.utils.instantiate(optim["optimizer"])(params=self._param_groups())
+        base = optimizer.defaults["lr"]
         for group in optimizer.param_groups:
             group["lr"] *= scale
         if not optim.get("scheduler"):
             return optimizer
-        extra = {"max_lr": optim["scheduler"]["max_lr"] * scale} if "max_lr" in optim["scheduler"] else {}
+        # one-cycle: each group's peak keeps its ratio to the base rate (the tuned encoder's own)
+        extra = ({"max_lr": [optim["scheduler"]["max_lr"] * g["lr"] / base for g in optimizer.param_groups]}
+                 if "max_lr" in optim["scheduler"] else {})
         scheduler = hydra.utils.instantiate(optim["scheduler"])(
             optimizer=optimizer, total_steps=int(self.trainer.estimated_stepping_batches), **extra
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def _param_groups(self) -> list[dict]:
+        """The trainable parameters: the decoder's at the optimiser's rate, a fine-tuned
+        encoder's trained stages at encoder.finetune_lr (frozen ones are not handed over)."""
+        encoder = self.model.encoder
+        tuned = [p for p in encoder.parameters() if p.requires_grad] if encoder is not None else []
+        ids = {id(p) for p in tuned}
+        rest = [p for p in self.parameters() if p.requires_grad and id(p) not in ids]
+        if not tuned:
+            return [{"params": rest}]
+        return [{"params": rest}, {"params": tuned, "lr": self.cfg["encoder"].get("finetune_lr", 1e-5)}]
 
     def on_train_start(self) -> None:
         """A resume with a larger trainer.max_epochs: the restored one-cycle schedule still ends

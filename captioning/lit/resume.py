@@ -119,6 +119,14 @@ def load_initial_weights(model: torch.nn.Module, path: str, vocab: list[str]) ->
         raise CheckpointError(f"init_from={path}: its model does not fit this config's "
                               f"({detail}); use the same decoder, attention and encoder "
                               "settings") from None
+    if any(k.startswith("encoder.") for k in unexpected):
+        raise CheckpointError(
+            f"init_from={path}: its encoder was fine-tuned, so its decoder only works with that "
+            "encoder: set encoder.finetune=true with the checkpoint's encoder.finetune_stages")
+    if not any(k.startswith("encoder.") for k in state):
+        # A checkpoint trained on frozen features: the tuned encoder starts as the network that
+        # made them (the usual two-stage recipe: converge the decoder, then fine-tune).
+        missing = [k for k in missing if not k.startswith("encoder.")]
     if missing or unexpected:
         raise CheckpointError(
             f"init_from={path}: its model does not fit this config's (missing: "

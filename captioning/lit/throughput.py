@@ -22,6 +22,6 @@ class Throughput(pl.Callback):
         self.step_seconds.append(seconds)
         pl_module.log_dict(
             {"train/captions_per_s": len(batch["tokens"]) / seconds,
-             "train/images_per_s": len(batch["features"]) / seconds},
+             "train/images_per_s": len(batch["index"]) / seconds},
             on_step=True, on_epoch=False, batch_size=len(batch["tokens"]),
         )

@@ -9,6 +9,7 @@ import os
 import shutil
 import statistics
 import time
+import warnings
 from pathlib import Path
 
 import hydra
@@ -42,6 +43,8 @@ def train(cfg: DictConfig) -> dict:
     start = time.time()
     commit = git_commit()  # the code as it was loaded: the tree may change while this runs
     quiet_lightning()
+    if cfg.encoder.get("finetune"):  # its BatchNorm layers are in eval mode on purpose
+        warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode")
     plain = _plain(cfg)
     check_config(plain)  # every mistake the config alone shows, before any work
     out = Path(plain["paths"]["output_dir"])

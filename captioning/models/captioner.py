@@ -13,17 +13,27 @@ from torch import nn
 from .beam import beam_search
 from .decoders import build_decoder
 from .decoding import greedy_decode
-from .encoder import encoder_dim
+from .encoder import TunableEncoder, build_tunable_encoder, encoder_dim
 from .normalizer import FeatureNormalizer
 
 
 class Captioner(nn.Module):
-    """normaliser -> decoder."""
+    """normaliser -> decoder; with encoder.finetune also the encoder whose last stages train
+    (`encode`: images -> raw features), so every path captions with the network that trained."""
 
-    def __init__(self, decoder: nn.Module, normalizer: FeatureNormalizer) -> None:
+    def __init__(self, decoder: nn.Module, normalizer: FeatureNormalizer,
+                 encoder: TunableEncoder | None = None) -> None:
         super().__init__()
         self.decoder = decoder
         self.normalizer = normalizer
+        self.encoder = encoder  # None: features come from the (frozen) feature store
+
+    def encode(self, images: torch.Tensor) -> torch.Tensor:
+        """images (B, 3, H, W) uint8 -> raw features (B, N, C) through the tuned encoder."""
+        if self.encoder is None:
+            raise ValueError("this model has no tuned encoder (encoder.finetune=false): its raw "
+                             "features come from the frozen encoder (build_encoder(cfg['encoder']))")
+        return self.encoder(images)
 
     def forward(
         self,
@@ -73,7 +83,8 @@ def build_captioner(cfg: dict, vocab_size: int) -> Captioner:
     in_dim = encoder_dim(enc["name"])
     normalizer = FeatureNormalizer(in_dim, enc.get("pca_dim") or in_dim, cfg["data"].get("blind", False))
     decoder = build_decoder(cfg["decoder"], vocab_size, normalizer.out_dim, cfg["attention"])
-    return Captioner(decoder, normalizer)
+    encoder = build_tunable_encoder(enc) if enc.get("finetune") else None
+    return Captioner(decoder, normalizer, encoder)
 
 
 def resolved_attention(cfg: dict) -> str:

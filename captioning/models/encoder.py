@@ -32,6 +32,10 @@ for _name, _builder, _weights, _dim in (
 ):
     ENCODERS.add(_name, EncoderSpec(_builder, _weights, _dim))
 
+# Fine-tuning unit: the stem (conv1, bn1) and the four residual stages, as trunk indices.
+STAGES = ("stem", "layer1", "layer2", "layer3", "layer4")
+_STAGE_START = {"stem": 0, "layer1": 4, "layer2": 5, "layer3": 6, "layer4": 7}
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -129,6 +133,80 @@ class ResNetEncoder(nn.Module):
         x = self.trunk(x.contiguous(memory_format=torch.channels_last))  # (B, C, h, w)
         return x.flatten(2).transpose(1, 2)  # (B, h*w, C)
 
+    def train(self, mode: bool = True) -> ResNetEncoder:
+        """BatchNorm always uses its stored statistics, also while stages fine-tune: batches of
+        a few dozen images give noisy statistics, and new ones would shift every feature the
+        normaliser was fitted on (and, for ImageNet weights, replace the best estimate there is)."""
+        super().train(mode)
+        for m in self.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                m.eval()
+        return self
+
+
+class TunableEncoder(ResNetEncoder):
+    """A ResNetEncoder whose last `stages` stages train (encoder.finetune): the frozen part runs
+    without gradients in the precision feature extraction uses on that device (autocast_dtype:
+    bf16 on GPUs and AMX CPUs), the trained part in float32. Its state dict holds the trained
+    stages and the frozen part's weights id only; loading fills the frozen part from this
+    (rebuilt) network after checking that id."""
+
+    def __init__(self, stages: int = 1, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if not 1 <= stages <= len(STAGES):
+            raise ValueError(f"encoder.finetune_stages must be 1..{len(STAGES)} ({', '.join(STAGES)}), "
+                             f"got {stages}")
+        self.stages = stages
+        self.split = _STAGE_START[STAGES[-stages]]  # trunk[:split] frozen, trunk[split:] trained
+        for i, module in enumerate(self.trunk):
+            module.requires_grad_(i >= self.split)
+        self.register_state_dict_post_hook(_drop_frozen)
+        self.register_load_state_dict_pre_hook(_fill_frozen)
+        # BatchNorm in eval mode from the start: Lightning records every module's mode before
+        # validation and writes it back afterwards (bypassing train()), so a mode recorded as
+        # "training" here would come back and update the statistics.
+        self.train(self.training)
+
+    def frozen_prefixes(self, prefix: str = "") -> tuple[str, ...]:
+        return tuple(f"{prefix}trunk.{i}." for i in range(self.split))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """images (B, 3, H, W) uint8 or [0, 1] float -> features (B, N, C) float32."""
+        if images.dtype == torch.uint8:
+            images = images.float().div_(255)
+        x = ((images - self.mean) / self.std).contiguous(memory_format=torch.channels_last)
+        dtype = autocast_dtype(x.device)
+        with torch.no_grad(), torch.autocast(x.device.type, dtype=dtype, enabled=dtype != torch.float32):
+            x = self.trunk[: self.split](x)  # (B, C', h', w')
+        x = self.trunk[self.split :](x.float())  # (B, C, h, w), float32 with gradients
+        return x.flatten(2).transpose(1, 2)  # (B, h*w, C)
+
+    def get_extra_state(self) -> dict:
+        return {"weights_id": self.weights_id, "stages": self.stages}
+
+    def set_extra_state(self, state: dict) -> None:
+        if state.get("weights_id") != self.weights_id:
+            raise ValueError(
+                f"the fine-tuned encoder stages were trained on top of frozen weights "
+                f"'{state.get('weights_id')}', but this machine builds '{self.weights_id}' (a random "
+                "init differs between torch versions; ImageNet weights by file): load it where the "
+                "same encoder weights exist (same torch version, or the same encoder.weights_path).")
+
+
+def _drop_frozen(module: TunableEncoder, state: dict, prefix: str, local_metadata) -> None:
+    """state_dict hook: the frozen stages are rebuilt from the config, not stored."""
+    for key in [k for k in state if k.startswith(module.frozen_prefixes(prefix))]:
+        del state[key]
+
+
+def _fill_frozen(module: TunableEncoder, state: dict, prefix: str, *args) -> None:
+    """load_state_dict pre-hook: the frozen stages come from the network as built."""
+    frozen = module.frozen_prefixes(prefix)
+    for name, tensor in [*module.trunk.named_parameters(prefix=f"{prefix}trunk"),
+                         *module.trunk.named_buffers(prefix=f"{prefix}trunk")]:
+        if name.startswith(frozen) and name not in state:
+            state[name] = tensor.detach()
+
 
 def build_encoder(enc_cfg: dict) -> ResNetEncoder:
     """The frozen feature extractor described by the `encoder` config group."""
@@ -136,6 +214,22 @@ def build_encoder(enc_cfg: dict) -> ResNetEncoder:
         enc_cfg["name"], enc_cfg.get("pretrained", False), enc_cfg.get("weights_path"),
         enc_cfg.get("init_seed", 0), enc_cfg.get("verify_weights", True),
     )
+
+
+def build_tunable_encoder(enc_cfg: dict) -> TunableEncoder:
+    """The encoder of `encoder.finetune=true`: the configured network, its last
+    `encoder.finetune_stages` stages trainable."""
+    return TunableEncoder(
+        enc_cfg.get("finetune_stages", 1), name=enc_cfg["name"],
+        pretrained=enc_cfg.get("pretrained", False), weights_path=enc_cfg.get("weights_path"),
+        init_seed=enc_cfg.get("init_seed", 0), verify_weights=enc_cfg.get("verify_weights", True),
+    )
+
+
+def autocast_dtype(device: torch.device) -> torch.dtype:
+    """Where the frozen encoder runs in bf16 autocast: GPUs and AMX CPUs (faster there), fp32
+    elsewhere. Feature extraction and the frozen part of a fine-tuned encoder both use it."""
+    return best_cpu_dtype() if device.type == "cpu" else torch.bfloat16
 
 
 def best_cpu_dtype() -> torch.dtype:

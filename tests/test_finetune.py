@@ -1,0 +1,151 @@
+"""Encoder fine-tuning: only the last K stages change, checkpoints carry them, and every path
+(load_checkpoint, evaluate.py, caption.py) captions with the network that was trained."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from captioning import load_checkpoint
+from captioning.checkpoint import read_checkpoint
+from captioning.data.augment import MIRRORED, augment, draw_generator, mirror_tokens
+from captioning.data.sampler import EpochShuffle
+from captioning.lit import train
+from captioning.models.encoder import STAGES, build_encoder, build_tunable_encoder
+
+ROOT = Path(__file__).resolve().parents[1]
+FINETUNE = ["encoder.finetune=true", "trainer.max_epochs=1", "decode.beam_size=1",
+            "encoder.finetune_lr=1e-2", "logger=none"]
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory, data_dir):
+    """A tiny run with the last stage of a ResNet-18 fine-tuned: (config, run dir)."""
+    from conftest import TINY, compose_cfg, shrink
+
+    out = tmp_path_factory.mktemp("finetune")
+    cfg = shrink(compose_cfg(TINY + FINETUNE, out, data_dir))
+    train(cfg)
+    return cfg, out
+
+
+@pytest.mark.parametrize("stages", [1, 2])
+def test_only_the_last_stages_train(stages):
+    """A few optimiser steps: the last K stages move; every other parameter and every BatchNorm
+    buffer (the trained stages' too) stays bitwise equal."""
+    enc = build_tunable_encoder({"name": "resnet18", "finetune_stages": stages})
+    before = {k: v.clone() for k, v in {**dict(enc.named_parameters()), **dict(enc.named_buffers())}.items()}
+    enc.train()
+    opt = torch.optim.AdamW([p for p in enc.parameters() if p.requires_grad], lr=1e-2)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        images = torch.randint(0, 256, (4, 3, 64, 64), dtype=torch.uint8, generator=g)
+        enc(images).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+    trained = tuple(f"trunk.{i}." for i in range(8 - stages, 8))  # layer4 = trunk.7, layer3 = 6
+    for name, tensor in {**dict(enc.named_parameters()), **dict(enc.named_buffers())}.items():
+        changed = not torch.equal(before[name], tensor)
+        is_param = name in dict(enc.named_parameters())
+        if name.startswith(trained) and is_param and "bn" not in name and "downsample.1" not in name:
+            assert changed, f"{name} should have trained"
+        elif not is_param:
+            assert not changed, f"BatchNorm buffer {name} moved"
+        elif not name.startswith(trained):
+            assert not changed, f"{name} is frozen but moved"
+    assert STAGES[-stages:] == ("layer3", "layer4")[2 - stages:]
+
+
+def test_checkpoint_holds_the_trained_stages_and_reproduces_captions(tuned, data_dir):
+    cfg, out = tuned
+    ckpt = read_checkpoint(out / "checkpoints" / "best.ckpt")
+    keys = [k for k in ckpt["state_dict"] if k.startswith("model.encoder.")]
+    assert keys and all(k.startswith("model.encoder.trunk.7.") or k.endswith("_extra_state") for k in keys)
+    assert ckpt["state_dict"]["model.encoder._extra_state"]["weights_id"].startswith("random-seed0")
+    # The tuned stage differs from the network it started from: it trained.
+    model, vocab, saved = load_checkpoint(out / "checkpoints" / "best.ckpt")
+    fresh = build_encoder(saved["encoder"])
+    assert not torch.equal(model.encoder.trunk[7][0].conv1.weight, fresh.trunk[7][0].conv1.weight)
+    assert torch.equal(model.encoder.trunk[6][0].conv1.weight, fresh.trunk[6][0].conv1.weight)
+    # Captions of the reloaded model == the test predictions of the model as trained.
+    from captioning.data.datasets import Pixels
+    from captioning.data.prepare import load_features
+
+    data = load_features(saved["data"], saved["encoder"])
+    test = data.split_indices("test")[:6]
+    pixels = Pixels(data, saved["encoder"]["image_size"])
+    images = torch.stack([pixels(i)[0] for i in test])
+    ids, _ = model.generate(model.encode(images), vocab.bos, vocab.eos, vocab.pad, max_len=30)
+    said = {data.records[i].image_id: " ".join(vocab.decode(t)) for i, t in zip(test, ids)}
+    written = {p["image_id"]: p["caption"] for p in json.loads((out / "predictions.json").read_text())}
+    assert said == {k: written[k] for k in said}
+
+
+def test_caption_script_uses_the_tuned_encoder(tuned):
+    """scripts/caption.py on a fine-tuned checkpoint says what the model in memory says."""
+    cfg, out = tuned
+    model, vocab, saved = load_checkpoint(out / "checkpoints" / "best.ckpt")
+    from captioning.data.prepare import load_features
+
+    data = load_features(saved["data"], saved["encoder"])
+    record = data.records[data.split_indices("test")[0]]
+    proc = subprocess.run([sys.executable, "scripts/caption.py", f"checkpoint={out}/checkpoints/best.ckpt",
+                           f"image={record.path}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    written = {p["image_id"]: p["caption"] for p in json.loads((out / "predictions.json").read_text())}
+    assert proc.stdout.strip().endswith(f": {written[record.image_id]}")
+
+
+def test_evaluate_decodes_a_tuned_model_from_images(tuned):
+    from captioning.evaluation import evaluate_checkpoint
+
+    cfg, out = tuned
+    metrics, predictions, _ = evaluate_checkpoint(out / "checkpoints" / "best.ckpt", "test", meteor=False)
+    written = {p["image_id"]: p["caption"] for p in json.loads((out / "predictions.json").read_text())}
+    assert {p["image_id"]: p["caption"] for p in predictions} == written
+
+
+def test_init_from_a_frozen_run_then_fine_tune(tmp_path, data_dir, tiny_cfg):
+    """The two-stage recipe: a frozen-encoder run, then init_from it with encoder.finetune; the
+    reverse (a tuned checkpoint into a frozen config) is refused with what to set."""
+    from captioning.checkpoint import CheckpointError
+
+    frozen = tiny_cfg("trainer.max_epochs=1", "decode.beam_size=1", "logger=none")
+    train(frozen)
+    ckpt = Path(frozen.paths.output_dir) / "checkpoints" / "best.ckpt"
+    second = tiny_cfg(*FINETUNE, f"init_from={ckpt}")
+    second.paths.output_dir = str(tmp_path / "second")
+    train(second)
+    tuned_ckpt = tmp_path / "second" / "checkpoints" / "best.ckpt"
+    back = tiny_cfg("trainer.max_epochs=1", f"init_from={tuned_ckpt}", "logger=none")
+    back.paths.output_dir = str(tmp_path / "third")
+    with pytest.raises(CheckpointError, match="encoder.finetune=true"):
+        train(back)
+
+
+def test_flips_swap_left_and_right_and_draws_repeat():
+    """A mirrored image's captions say left for right; the same (seed, epoch, image) gives the
+    same crop and flip (a resumed run sees what the killed one would have)."""
+    image = torch.zeros(3, 32, 32, dtype=torch.uint8)
+    image[0, :, :8] = 255  # red stripe on the left
+    flips = []
+    for index in range(40):
+        out, mirrored = augment(image, draw_generator(0, 1, index), (1.0, 1.0))
+        again, mirrored_again = augment(image, draw_generator(0, 1, index), (1.0, 1.0))
+        assert torch.equal(out, again) and mirrored == mirrored_again
+        left_red = out[0, :, :8].float().mean() > out[0, :, -8:].float().mean()
+        assert left_red != mirrored  # the stripe moved exactly when it says it mirrored
+        flips.append(mirrored)
+    assert 5 < sum(flips) < 35
+    left, right, red = 7, 9, 11
+    tokens = torch.tensor([1, red, left, right, 2])
+    assert mirror_tokens(tokens, {left: right, right: left}).tolist() == [1, red, right, left, 2]
+    assert MIRRORED == {"left": "right", "right": "left"}
+    sampler = EpochShuffle(5, seed=0, with_epoch=True)
+    sampler.set_epoch(3)
+    assert all(epoch == 3 for epoch, _ in sampler) and sorted(k for _, k in sampler) == list(range(5))
