@@ -60,7 +60,8 @@ def test_the_console_shows_each_validation_epoch(tmp_path, data_dir):
     assert "epoch 2/2: val/bleu4 " in out and "val/attr_acc" in out
     # The final summary: our table (float64 scores, files), not Lightning's float32 one.
     summary = out[out.index("summary: additive-lstm-"):]
-    for label in ("test BLEU-1..4", "attribute acc", "grounding", "best checkpoint", "results"):
+    labels = ("test BLEU-1..4", "test CIDEr-D", "attribute acc", "grounding", "best checkpoint", "results")
+    for label in labels:
         assert f"  {label}" in summary, summary
     assert f"{tmp_path}/results.json" in summary and "Test metric" not in out
     bleu4 = float(summary.split("test BLEU-1..4")[1].split()[3])

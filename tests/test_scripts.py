@@ -111,8 +111,10 @@ def test_caption_script_figures_and_skips(run_dir, tmp_path):
         words = line.split(": ", 1)[1].split("  -> ")[0].split()
         png = tmp_path / f"att_im{k}.png"
         width, height = Image.open(png).size
-        rows = math.ceil((len(words) + 1) / 5)  # the input panel + one panel per word, 5 a row
-        assert width == 5 * 2.4 * 80 and height == pytest.approx(rows * 2.6 * 80, abs=1)
+        panels = len(words) + 1  # the input panel + one panel per word, 5 a row, + colour bar
+        cols, rows = min(5, panels), math.ceil(panels / 5)
+        assert width == pytest.approx((2.4 * cols + 0.9) * 80, abs=1)
+        assert height == pytest.approx((2.5 * rows + 0.5) * 80, abs=1)
 
 
 def test_clear_errors_for_missing_and_incompatible_checkpoints(run_dir, tmp_path):

@@ -11,11 +11,11 @@ from captioning.lit import train
 from captioning.models import ATTENTIONS
 
 RESULT_KEYS = {
-    "test/bleu1", "test/bleu2", "test/bleu3", "test/bleu4", "test/attr_acc",
+    "test/bleu1", "test/bleu2", "test/bleu3", "test/bleu4", "test/cider", "test/attr_acc",
     "test/attr_acc_colour", "test/attr_acc_shape", "test/attr_acc_size", "test/attr_acc_position",
     "wall_time_s", "seed", "config_hash", "git_commit", "params", "decode/beam_size", "decode/alpha",
     "test/grounding", "test/grounding_uniform", "test/grounding_ratio", "first_step_s",
-    "median_step_s", "media_s", "machine", "gpu", "feature_precision",
+    "median_step_s", "media_s", "machine", "accelerator", "feature_precision",
 }
 
 
@@ -33,7 +33,7 @@ def test_results_json_and_predictions(trained):
     saved = json.loads((out / "results.json").read_text())
     assert RESULT_KEYS <= saved.keys()
     assert saved == results
-    assert saved["machine"].endswith(")") and saved["gpu"] is None  # "<cpu> (<kind>)"; CPU run
+    assert saved["machine"].endswith(")") and saved["accelerator"] is None  # "<cpu> (<kind>)"; CPU run
     assert saved["feature_precision"] in ("float32", "bfloat16")
     assert all(0.0 <= saved[f"test/bleu{n}"] <= 1.0 for n in range(1, 5))
     assert saved["test/bleu1"] > 0.2, "three epochs learn at least the frequent words"

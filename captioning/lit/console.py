@@ -69,6 +69,8 @@ def summary_table(results: dict, name: str, out, best_path: str | None, monitor:
     bleu = [results.get(f"test/bleu{n}") for n in range(1, 5)]
     if all(b is not None for b in bleu):
         lines.append(row("test BLEU-1..4", " ".join(f"{b:.4f}" for b in bleu)))
+    if "test/cider" in results:
+        lines.append(row("test CIDEr-D", f"{results['test/cider']:.4f}"))
     if "test/attr_acc" in results:
         parts = ", ".join(f"{k} {results[f'test/attr_acc_{k}']:.3f}"
                           for k in ("colour", "shape", "size", "position")

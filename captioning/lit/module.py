@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from ..checkpoint import FORMAT_VERSION
 from ..data.vocab import Vocabulary
 from ..metrics import attribute_accuracy, corpus_bleu_scores
+from ..metrics.cider import CiderD
 from ..metrics.grounding import attention_grounding
 from ..models.attention import ATTENTION_STATS, attention_step_stats, cross_attention_modules
 from ..models.captioner import build_captioner
@@ -166,7 +167,10 @@ class CaptioningModule(pl.LightningModule):
     def _score(self, stage: str) -> list[dict]:
         outputs, gates = self._gather()
         hyps = [o["hyp"] for o in outputs]
-        metrics = corpus_bleu_scores(hyps, [o["refs"] for o in outputs], prefix=f"{stage}/")
+        refs = [o["refs"] for o in outputs]
+        metrics = corpus_bleu_scores(hyps, refs, prefix=f"{stage}/")
+        # CIDEr-D as coco-caption computes it (document frequencies from these references)
+        metrics[f"{stage}/cider"] = CiderD().corpus(hyps, refs)[0]
         metrics.update(attribute_accuracy(hyps, [o["objects"] for o in outputs], f"{stage}/"))
         grounded = [o for o in outputs if "weights" in o]
         size = self.cfg["data"].get("synthetic", {}).get("image_size")

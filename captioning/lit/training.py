@@ -129,7 +129,7 @@ def train(cfg: DictConfig) -> dict:
         git_commit=commit,
         # Where it ran: results reproduce per CPU kind (bf16 on AMX), not across kinds.
         machine=cpu_kind(),
-        gpu=torch.cuda.get_device_name() if trainer.strategy.root_device.type == "cuda" else None,
+        accelerator=_device_name(trainer.strategy.root_device),
         # The precision the cached features were extracted in (the store is keyed by it).
         feature_precision=str(extraction_dtype(resolve_device(plain["encoder"].get("device", "auto"))))
         .removeprefix("torch."),
@@ -236,3 +236,11 @@ def _stage_artifact(folder: Path, files: dict[str, Path]) -> dict[str, Path]:
             shutil.copy2(src, dst)
         staged[name] = dst
     return staged
+
+
+def _device_name(device: torch.device) -> str | None:
+    """The accelerator's name ("NVIDIA H200", ...) from its torch backend; None on the CPU."""
+    if device.type == "cpu":
+        return None
+    get = getattr(getattr(torch, device.type, None), "get_device_name", None)
+    return get(device) if get else device.type
