@@ -23,6 +23,7 @@ import torch
 from omegaconf import OmegaConf
 
 from ..errors import UserError
+from ..models.attention import cross_attention_modules
 from ..models.captioner import build_captioner
 from ..models.encoder import ENCODERS, encoder_dim, find_weights
 from ..provenance import flatten, get_dotted
@@ -157,6 +158,9 @@ RULES = [
     ("optim.lr_scaling", lambda v: v in ("none", "sqrt", "linear"), "none, sqrt or linear"),
     ("optim.optimizer.lr", lambda v: v > 0, "> 0"),
     ("optim.optimizer.weight_decay", lambda v: v >= 0, ">= 0"),
+    ("early_stopping.patience", lambda v: isinstance(v, int) and v >= 0, "null or an integer >= 0"),
+    ("early_stopping.min_delta", lambda v: v >= 0, ">= 0"),
+    ("optim.alpha_c", lambda v: v >= 0, ">= 0 (0 = off)"),
     ("optim.label_smoothing", lambda v: 0 <= v < 1, "in [0, 1)"),
     ("data.batch_size", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
     ("data.eval_batch_size", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
@@ -217,6 +221,12 @@ def model_problems(cfg: dict) -> tuple[list[str], int]:
     except (ValueError, TypeError, KeyError) as err:
         return [f"attention={cfg['attention'].get('name')} decoder={cfg['decoder'].get('name')} "
                 f"encoder={cfg['encoder'].get('name')}: {err}"], 0
+    alpha_c = (cfg.get("optim") or {}).get("alpha_c") or 0
+    if alpha_c and not all(m.weights_make_context for m in cross_attention_modules(model.decoder)):
+        return [f"optim.alpha_c={alpha_c} with attention={cfg['attention'].get('name')}: its attention "
+                "weights are computed for diagnostics only (the context never uses them), so "
+                "regularising them would train nothing the model uses; use another mode or "
+                "optim.alpha_c=0"], 0
     params = sum(p.numel() for p in model.parameters())
     buffers = sum(b.numel() for b in model.buffers())
     return [], params * CHECKPOINT_BYTES_PER_PARAM + buffers * CHECKPOINT_BYTES_PER_BUFFER

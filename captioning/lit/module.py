@@ -15,7 +15,12 @@ from ..data.vocab import Vocabulary
 from ..metrics import attribute_accuracy, corpus_bleu_scores
 from ..metrics.cider import CiderD
 from ..metrics.grounding import attention_grounding
-from ..models.attention import ATTENTION_STATS, attention_step_stats, cross_attention_modules
+from ..models.attention import (
+    ATTENTION_STATS,
+    attention_step_stats,
+    cross_attention_modules,
+    doubly_stochastic_penalty,
+)
 from ..models.captioner import build_captioner
 from ..predict import caption_features, greedy
 
@@ -62,15 +67,20 @@ class CaptioningModule(pl.LightningModule):
         tokens = batch["tokens"]  # (B, T)
         targets = tokens[:, 1:]  # (B, T-1)
         lengths = (targets != self.vocab.pad).sum(1)  # padding is never computed
-        logits, _ = self.model(
+        logits, weights = self.model(
             self._raw_features(batch), tokens[:, :-1], lengths, batch["image_index"]
-        )  # (B, T-1, V)
+        )  # (B, T-1, V), (B, T-1, N)
         loss = F.cross_entropy(
             logits.flatten(0, 1).float(),
             targets.flatten(),
             ignore_index=self.vocab.pad,
             label_smoothing=self.cfg["optim"].get("label_smoothing", 0.0),
         )
+        alpha_c = self.cfg["optim"].get("alpha_c", 0.0)
+        if alpha_c:  # doubly stochastic attention (for the Transformer: its last layer, head mean)
+            penalty = doubly_stochastic_penalty(weights, targets != self.vocab.pad)
+            self.log("train/attn_coverage_penalty", penalty, batch_size=len(tokens))
+            loss = loss + alpha_c * penalty
         self.log("train/loss", loss, prog_bar=True, batch_size=len(tokens))
         self._batch, self._loss = batch, loss.detach()  # for the non-finite guard's message
         return loss

@@ -16,7 +16,7 @@ import hydra
 import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
-from pytorch_lightning.callbacks import LearningRateMonitor
+from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_only
 
@@ -100,6 +100,10 @@ def train(cfg: DictConfig) -> dict:
     callbacks = [*checkpoints, RNGState(), throughput, media, EpochLine(best_checkpoint)]
     if loggers:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
+    stop = plain.get("early_stopping") or {}
+    if stop.get("patience") is not None:
+        callbacks.append(EarlyStopping(monitor=best_checkpoint.monitor, mode=best_checkpoint.mode,
+                                       patience=stop["patience"], min_delta=stop.get("min_delta", 0.0)))
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg["log_every_n_steps"] = _log_every(trainer_cfg, datamodule)
     trainer = build_trainer(trainer_cfg, callbacks=callbacks, logger=loggers or False)

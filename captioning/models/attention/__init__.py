@@ -10,11 +10,12 @@ from .base import (
     attention_step_stats,
     build_attention,
     cross_attention_modules,
+    doubly_stochastic_penalty,
     masked_softmax,
 )
 
 __all__ = [
     "ATTENTION_STATS", "ATTENTIONS", "CrossAttention", "Prepared", "attention_stats",
     "attention_step_stats", "build_attention",
-    "cross_attention_modules", "masked_softmax",
+    "cross_attention_modules", "doubly_stochastic_penalty", "masked_softmax",
 ]

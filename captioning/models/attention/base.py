@@ -45,6 +45,10 @@ class CrossAttention(nn.Module):
     """Base class: subclasses implement `_prepare_keys` and `_scores`; queries may be (B, Dq)
     or (B, T, Dq)."""
 
+    # False where the returned weights are computed beside the context for diagnostics, not the
+    # ones that make it (linear attention): a loss on them (optim.alpha_c) is refused.
+    weights_make_context = True
+
     def __init__(self, query_dim: int, key_dim: int, value_dim: int | None = None) -> None:
         super().__init__()
         self.query_dim, self.key_dim = query_dim, key_dim
@@ -103,6 +107,14 @@ class CrossAttention(nn.Module):
 
 
 ATTENTION_STATS = ("attn_entropy", "attn_max", "attn_min")
+
+
+def doubly_stochastic_penalty(weights: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Show-Attend-Tell's regulariser: per caption sum over positions i of (1 - sum over its
+    steps t of weights[t, i])^2, averaged over captions. weights (B, T, N); valid (B, T) marks
+    the steps that count (padding excluded) -> scalar."""
+    coverage = (weights * valid.unsqueeze(-1).to(weights.dtype)).sum(1)  # (B, N)
+    return (1.0 - coverage).square().sum(-1).mean()
 
 
 def attention_step_stats(weights: torch.Tensor) -> torch.Tensor:

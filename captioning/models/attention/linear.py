@@ -25,6 +25,8 @@ def _phi(x: torch.Tensor) -> torch.Tensor:
 class LinearAttention(CrossAttention):
     """Keys are projected to Dq; masked positions get phi(k) = 0, hence exactly zero weight."""
 
+    weights_make_context = False  # the context comes from the O(N) summary, never the weights
+
     def __init__(self, query_dim: int, key_dim: int, value_dim: int | None = None) -> None:
         super().__init__(query_dim, key_dim, value_dim)
         self.proj = nn.Linear(key_dim, query_dim, bias=False)

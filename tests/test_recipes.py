@@ -1,0 +1,75 @@
+"""Training recipes: each option does what it says."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from captioning.lit.module import CaptioningModule
+from captioning.models.attention import doubly_stochastic_penalty
+
+
+def test_doubly_stochastic_penalty_by_hand():
+    weights = torch.tensor([[[0.5, 0.5], [0.9, 0.1], [0.3, 0.7]]])  # (B=1, T=3, N=2)
+    valid = torch.tensor([[True, True, False]])  # the last step is padding
+    # coverage = (0.5 + 0.9, 0.5 + 0.1) = (1.4, 0.6); (1 - 1.4)^2 + (1 - 0.6)^2 = 0.16 + 0.16
+    assert doubly_stochastic_penalty(weights, valid).item() == pytest.approx(0.32)
+    two = torch.cat([weights, torch.tensor([[[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]])])
+    both = doubly_stochastic_penalty(two, torch.tensor([[True, True, False], [True, True, True]]))
+    assert both.item() == pytest.approx((0.32 + 0.0) / 2)  # the mean over captions
+
+
+@pytest.mark.parametrize("decoder", ["lstm", "transformer"])
+def test_alpha_c_adds_exactly_its_term_to_the_loss(decoder, tmp_path):
+    from conftest import TINY, compose_cfg, shrink
+
+    def module(alpha_c: float) -> CaptioningModule:
+        overrides = TINY + [f"decoder={decoder}", f"optim.alpha_c={alpha_c}"]
+        cfg = OmegaConf.to_container(shrink(compose_cfg(overrides, tmp_path, tmp_path)), resolve=True)
+        torch.manual_seed(0)
+        m = CaptioningModule(cfg, ["<pad>", "<bos>", "<eos>", "<unk>", "a", "red", "square"])
+        return m.eval()  # no dropout: the two losses differ by the term only
+
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.tensor([[1, 4, 5, 6, 2], [1, 4, 6, 2, 0], [1, 5, 2, 0, 0]])  # padded with 0
+    batch = {"index": torch.arange(2), "features": torch.randn(2, 4, 512, generator=g),
+             "tokens": tokens, "image_index": torch.tensor([0, 0, 1])}
+    plain, regularised = module(0.0), module(0.5)
+    warnings.filterwarnings("ignore", message=".*self.log.*")  # no trainer here: logging is a no-op
+    assert all(torch.equal(a, b) for a, b in zip(plain.parameters(), regularised.parameters()))
+    base = plain.training_step(batch, 0)
+    with_term = regularised.training_step(batch, 0)
+    targets = tokens[:, 1:]
+    _, weights = plain.model(batch["features"], tokens[:, :-1], (targets != 0).sum(1), batch["image_index"])
+    by_hand = 0.0
+    for b in range(3):
+        steps = int((targets[b] != 0).sum())
+        by_hand += ((1 - weights[b, :steps].sum(0)) ** 2).sum().item()
+    assert (with_term - base).item() == pytest.approx(0.5 * by_hand / 3, rel=1e-5)
+
+
+def test_alpha_c_is_refused_where_weights_are_diagnostic(tmp_path):
+    from conftest import TINY, compose_cfg
+
+    from captioning.lit.config_check import ConfigError, check_config
+
+    cfg = compose_cfg(TINY + ["attention=linear", "optim.alpha_c=1.0"], tmp_path, tmp_path)
+    with pytest.raises(ConfigError, match="diagnostics only"):
+        check_config(OmegaConf.to_container(cfg, resolve=True))
+
+
+def test_early_stopping_stops_when_the_monitor_stalls(tiny_cfg):
+    """lr ~0: validation never improves after the first epoch; patience 1 stops after epoch 2."""
+    from pathlib import Path
+
+    from captioning.checkpoint import read_checkpoint
+    from captioning.lit import train
+
+    cfg = tiny_cfg("optim.optimizer.lr=1e-12", "trainer.max_epochs=6", "early_stopping.patience=1",
+                   "decode.beam_size=1", "logger=none")
+    train(cfg)
+    last = read_checkpoint(Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt")
+    assert last["epoch"] == 1  # epochs 0 and 1 ran, 2..5 did not
