@@ -115,7 +115,8 @@ def _write_run(out: Path, bleu4: float, caption: str, attr: float, attention: st
     (out / "results.json").write_text(json.dumps({
         "test/bleu4": bleu4, "test/attr_acc": attr, "test/attn_entropy": 1.0,
         "attention_resolved": attention, "attention_params": 10, "params": 100,
-        "git_commit": "abc",
+        "git_commit": "abc", "machine": "Xeon (amx)", "accelerator": None,
+        "feature_precision": "bfloat16",
     }))
     (out / "predictions.json").write_text(json.dumps([{"image_id": 1, "caption": caption},
                                                       {"image_id": 2, "caption": caption}]))
@@ -150,6 +151,20 @@ def test_report_pairs_seeds_flags_undertrained_and_renders(tmp_path):
     assert "[" not in line.split("undertrained")[0]  # no confidence interval for uncounted runs
     paths = save_plots(report, tmp_path)
     assert all(p.stat().st_size > 1000 for p in paths)
+    assert report["machines"] == ["Xeon (amx)"] and report["feature_precisions"] == ["bfloat16"]
+    assert md.startswith("Machine(s): Xeon (amx). Feature extraction precision: bfloat16.")
+    assert "Commit(s): abc." in md and "combined" not in md  # one commit: nothing to explain
+
+
+def test_report_names_every_commit_and_flags_dirty_cells(tmp_path):
+    ref = ["a", "red", "circle"]
+    dirs = {Cell("lstm", "matched", "additive", s): _write_run(tmp_path / f"a{s}", 0.5, "a red circle",
+                                                               0.5, "additive") for s in (0, 1)}
+    results = dirs[Cell("lstm", "matched", "additive", 1)] / "results.json"
+    results.write_text(results.read_text().replace('"abc"', '"def+dirty"'))
+    md = build_markdown(build_report(dirs, {1: [ref], 2: [ref]}, {**SPEC, "dims": ["matched"]}, samples=20))
+    assert "Commit(s): abc, def+dirty. Cells from 2 commits were combined" in md
+    assert "dirty tree: seeds [1]" in next(x for x in md.splitlines() if "| additive |" in x)
 
 
 def test_reruns_train_once_and_report_only_never_trains(tmp_path, monkeypatch):
@@ -283,3 +298,13 @@ def test_report_only_on_no_cells_says_so_and_writes_nothing(tmp_path, caplog):
         assert run_comparison(cfg, [], FakeRuns().compose) is None
     assert "no finished cells" in caplog.text and "compare.train=true" in caplog.text
     assert not any((tmp_path / "g").glob("*/report.md"))
+
+
+def test_reruns_only_of_cells_from_this_cpu_kind(tmp_path, monkeypatch):
+    fake = FakeRuns()
+    monkeypatch.setattr(grid_mod, "train", fake.train)
+    runner = GridRunner(fake.compose, [], tmp_path, DIMS)
+    cell = Cell("lstm", "matched", "dot", 0)
+    dirs = runner.run([cell])
+    (dirs[cell] / "results.json").write_text(json.dumps({"test/bleu4": 0.5, "machine": "Other CPU (avx2)"}))
+    assert runner.verify(dirs, 1) == [] and len(fake.trained) == 1  # not re-trained here

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from ..checkpoint import checkpoint_config, read_checkpoint
 from ..lit.training import train
 from ..models.captioner import resolved_attention
-from ..provenance import config_hash, fingerprint, flatten, hashed_view
+from ..provenance import config_hash, cpu_kind, fingerprint, flatten, hashed_view
 
 log = logging.getLogger(__name__)
 
@@ -186,12 +186,15 @@ class GridRunner:
     def verify(self, dirs: dict[Cell, Path], count: int, train_missing: bool = True) -> list[dict]:
         """The reproducibility check: cells trained again from scratch into root/verify/. Cells
         are taken in grid order (seed-major, the same in every process); every rerun that exists
-        is reported, and with train_missing more are trained until `count` exist."""
-        out = []
+        is reported, and with train_missing more are trained until `count` exist, only of cells
+        that ran on this CPU kind (results.json: machine)."""
+        out, here = [], cpu_kind()
         for cell in (c for c in dirs if c.attention not in (BLIND, "mixed")):
+            first = json.loads((dirs[cell] / "results.json").read_text())
+            # A rerun on another CPU kind would test the hardware, not the code: same machine only.
+            same = first.get("machine") in (None, here)
             again = self.rerun(cell, self.root / "verify" / dirs[cell].name,
-                               train_missing and len(out) < count)
+                               train_missing and len(out) < count and same)
             if again is not None:
-                first = json.loads((dirs[cell] / "results.json").read_text())["test/bleu4"]
-                out.append({"cell": cell.label, "first": first, "again": again["test/bleu4"]})
+                out.append({"cell": cell.label, "first": first["test/bleu4"], "again": again["test/bleu4"]})
         return out

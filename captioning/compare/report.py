@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 
@@ -121,13 +122,30 @@ def build_report(
                 "rel_pct_boot": percentile_interval(rel), "attr_acc_abs": t_interval(attr),
             })
     commits = sorted({r[0].get("git_commit") or "unknown" for r in runs.values()})
+    # Where the cells ran: results reproduce per CPU kind and extraction precision, not across.
+    machines = sorted({" / ".join(x for x in (r[0].get("machine") or "unknown (not recorded)",
+                                               r[0].get("accelerator") or r[0].get("gpu")) if x)
+                       for r in runs.values()})
+    precisions = sorted({r[0].get("feature_precision") or "unknown (not recorded)" for r in runs.values()})
+    for row in rows:
+        cells = groups[(row["decoder"], row["dims"], row["attention"])]
+        row["dirty"] = sorted(c.seed for c in cells if "+dirty" in (runs[c][0].get("git_commit") or ""))
     return {"rows": rows, "diffs": diffs, "throughput": throughput or {}, "reruns": reruns or [],
-            "commits": commits, "spec": spec, "bootstrap_samples": samples,
-            "undertrained_margin": threshold}
+            "commits": commits, "machines": machines, "feature_precisions": precisions,
+            "spec": spec, "bootstrap_samples": samples, "undertrained_margin": threshold}
 
 
 def build_markdown(report: dict) -> str:
-    lines = [f"Commit(s): {', '.join(report['commits'])}. Test split; BLEU-4 = nltk corpus BLEU "
+    commits = report["commits"]
+    combined = ("" if len(commits) == 1 else
+                f" Cells from {len(commits)} commits were combined: valid only because none of "
+                "the changes between them touches what a cell computes (cells are named by their "
+                "config hash; a cell from a tree with uncommitted changes is flagged 'dirty' in "
+                "the table).")
+    where = ([f"Machine(s): {'; '.join(report['machines'])}. Feature extraction precision: "
+              f"{', '.join(report['feature_precisions'])}. Results reproduce per CPU kind and "
+              "precision, not across them.", ""] if report.get("machines") else [])
+    lines = where + [f"Commit(s): {', '.join(commits)}.{combined} Test split; BLEU-4 = nltk corpus BLEU "
              f"(0-1). mean ± std over seeds; 95% CI over seeds (t) and by bootstrap over test "
              f"images ({report['bootstrap_samples']} resamples, mean over seeds). A run counts "
              f"only if it beats its blind run (same decoder, dims, seed) by "
@@ -143,6 +161,8 @@ def build_markdown(report: dict) -> str:
             + ", ".join(f"{u['bleu4']:.3f}" for u in r["undertrained_runs"]) + "; entropy "
             + ", ".join(f"{u['attn_entropy']:.2f}" for u in r["undertrained_runs"]) + ")"
             if r["undertrained"] else "")
+        if r.get("dirty"):
+            note += f"; dirty tree: seeds {r['dirty']}"
         params = "" if r["attention_params"] is None else f"{r['attention_params']:,}"
         if not r["counted"]:  # undertrained only: raw numbers in (), never used in comparisons
             raw = {k: t_interval([v for u in r["undertrained_runs"] if not math.isnan(v := u[k])])
@@ -187,35 +207,62 @@ def build_markdown(report: dict) -> str:
 
 def save_plots(report: dict, out: Path) -> list[Path]:
     """bleu4.png, attr_acc.png, grounding.png: bars per attention x dims, one panel per
-    decoder, error bars = 95% CI over seeds."""
+    decoder; error bars = 95% CI over the counted seeds (t), cut at the metric's bounds (said on
+    the figure); a group with undertrained seeds is hatched and labelled with its count, one with
+    none counted is drawn as an empty hatched bar."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in report["rows"] if r["counted"]]
+    rows = report["rows"]
     decoders = sorted({r["decoder"] for r in rows})
     dims = list(dict.fromkeys(r["dims"] for r in rows))
     modes = list(dict.fromkeys(r["attention"] for r in rows))
+    bounds = {"bleu4": (0.0, 1.0), "attr_acc": (0.0, 1.0), "grounding_ratio": (0.0, None)}
     paths = []
-    for key, title in (("bleu4", "test BLEU-4"), ("attr_acc", "attribute accuracy"),
-                       ("grounding_ratio", "attention in box / uniform")):
-        fig, axes = plt.subplots(1, len(decoders), figsize=(5.5 * len(decoders), 3.6), squeeze=False)
+    for key, title, unit in (("bleu4", "test BLEU-4", "BLEU-4 (0-1)"),
+                             ("attr_acc", "attribute accuracy", "share of images (0-1)"),
+                             ("grounding_ratio", "attention in box / uniform", "x uniform")):
+        fig, axes = plt.subplots(1, len(decoders), figsize=(6 * len(decoders), 4.0), squeeze=False)
+        lo_bound, hi_bound = bounds[key]
+        clipped = False
         for ax, dec in zip(axes[0], decoders):
             width = 0.8 / max(1, len(dims))
             for j, dim in enumerate(dims):
-                vals, errs = [], []
-                for m in modes:
+                x = np.arange(len(modes)) + j * width
+                for k, m in enumerate(modes):
                     r = next((r for r in rows
                               if (r["decoder"], r["dims"], r["attention"]) == (dec, dim, m)), None)
-                    ci = r[key] if r else {"mean": math.nan, "lo": math.nan, "hi": math.nan}
-                    vals.append(ci["mean"])
-                    errs.append(0 if math.isnan(ci["lo"]) else ci["hi"] - ci["mean"])
-                ax.bar(np.arange(len(modes)) + j * width, vals, width, yerr=errs, capsize=3, label=dim)
+                    if r is None:
+                        continue
+                    ci = r[key] if r["counted"] else {"mean": math.nan, "lo": math.nan, "hi": math.nan}
+                    under = len(r["undertrained"])
+                    mean = 0.0 if math.isnan(ci["mean"]) else ci["mean"]
+                    err = None
+                    if not math.isnan(ci["lo"]):
+                        lo = ci["lo"] if lo_bound is None else max(ci["lo"], lo_bound)
+                        hi = ci["hi"] if hi_bound is None else min(ci["hi"], hi_bound)
+                        clipped |= (lo, hi) != (ci["lo"], ci["hi"])
+                        err = [[mean - lo], [hi - mean]]
+                    ax.bar(x[k], mean, width, yerr=err, capsize=3, color=f"C{j}",
+                           hatch="//" if under else None, edgecolor="black" if under else None,
+                           label=dim if k == 0 else None)
+                    if under:
+                        ax.annotate(f"{under} under-\ntrained", (x[k], mean), ha="center",
+                                    va="bottom", fontsize=6)
             ax.set_xticks(np.arange(len(modes)) + width * (len(dims) - 1) / 2, modes, rotation=20)
+            ax.set_ylabel(unit)
+            ax.set_xlabel("attention mode")
             ax.set_title(f"{dec}: {title}")
-            ax.legend(fontsize=8)
-        fig.tight_layout()
+            ax.legend(fontsize=8, title="features", title_fontsize=8, loc="upper left",
+                      bbox_to_anchor=(1.0, 1.0))
+        note = ("bars: mean over counted seeds; error bars: 95% CI over seeds (t); hatched: some "
+                f"seeds undertrained (< blind + {report['undertrained_margin']:.2f} BLEU-4), not counted")
+        if clipped:
+            note += "; intervals cut at the metric's bounds"
+        fig.text(0.01, 0.01, "\n".join(textwrap.wrap(note, 60 + 70 * (len(decoders) - 1))), fontsize=7)
+        fig.tight_layout(rect=(0, 0.09, 1, 1))
         path = out / f"{key.split('_')[0] if key != 'attr_acc' else key}.png"
         fig.savefig(path, dpi=90)
         plt.close(fig)
