@@ -62,6 +62,17 @@ def test_matches_pycocoevalcap(seed):
         assert want > 0.3  # edited references: far from 0, so the comparison means something
 
 
+def test_nothing_in_common_and_empty_hypotheses_score_zero_as_in_pycocoevalcap():
+    """A blind or broken model's captions: no n-gram shared with any reference, or no word."""
+    hyps, refs = corpus(3, 4)
+    hyps = [["zzz", "qqq"], [], hyps[2], ["zzz"]]
+    want, want_each = reference(hyps, refs)
+    got, got_each = CiderD().corpus(hyps, refs)
+    assert got_each == pytest.approx(want_each, abs=1e-6) and got == pytest.approx(want, abs=1e-6)
+    assert got_each[0] == got_each[1] == 0.0
+    assert CiderD().corpus([["zzz"], ["qqq"]], refs[:2])[0] == 0.0  # no match anywhere
+
+
 def test_clipping_and_length_penalty_do_their_jobs():
     refs = [[["a", "red", "square", "on", "the", "left"]] * 2, [["a", "blue", "circle"]] * 2,
             [["a", "green", "triangle"]] * 2]

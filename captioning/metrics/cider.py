@@ -95,9 +95,9 @@ class CiderD:
             order = np.concatenate([s[2] for s in sentences]) if sentences else np.zeros(0, np.int64)
             owner = np.repeat(owners, [len(s[0]) for s in sentences])
             w = tf * idf[ids]
-            norm = np.sqrt(np.bincount(owner * self.n + order, w * w, len(owners) * self.n))
-            norm = norm.reshape(-1, self.n)
-            length = np.bincount(owner, tf * (order == 1), len(owners))
+            norm = np.bincount(owner * self.n + order, w * w, len(owners) * self.n).astype(np.float64)
+            norm = np.sqrt(norm).reshape(-1, self.n)
+            length = np.bincount(owner, tf * (order == 1), len(owners)).astype(np.float64)
             return owner * width + ids, w, order, norm, length
 
         pairs = np.arange(len(pair_hyp))
@@ -106,12 +106,13 @@ class CiderD:
         _, hi, ri = np.intersect1d(h_key, r_key, assume_unique=True, return_indices=True)
         matched = np.minimum(h_w[hi], r_w[ri]) * r_w[ri]  # clipped to the reference's weight
         pair_of = h_key[hi] // width
-        val = np.bincount(pair_of * self.n + h_order[hi], matched, len(pairs) * self.n)
+        # (float64 even when nothing matched: bincount of nothing is int64)
+        val = np.bincount(pair_of * self.n + h_order[hi], matched, len(pairs) * self.n).astype(np.float64)
         val = val.reshape(-1, self.n)  # (P, n)
         denom = h_norm * r_norm
         val = np.divide(val, denom, out=np.zeros_like(val), where=denom != 0)
         val *= np.exp(-((h_len - r_len) ** 2) / (2 * self.sigma**2))[:, None]
         per_pair = val.mean(1)  # mean over n-gram orders
-        total = np.bincount(pair_hyp, per_pair, len(hyps))
+        total = np.bincount(pair_hyp, per_pair, len(hyps)).astype(np.float64)
         count = np.bincount(pair_hyp, minlength=len(hyps))
         return 10.0 * total / np.maximum(count, 1)
