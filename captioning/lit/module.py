@@ -67,8 +67,11 @@ class CaptioningModule(pl.LightningModule):
         tokens = batch["tokens"]  # (B, T)
         targets = tokens[:, 1:]  # (B, T-1)
         lengths = (targets != self.vocab.pad).sum(1)  # padding is never computed
+        p = sample_prob(self.cfg.get("model", {}).get("scheduled_sampling") or {}, self.current_epoch)
+        if p:
+            self.log("train/sample_prob", p, batch_size=len(tokens))
         logits, weights = self.model(
-            self._raw_features(batch), tokens[:, :-1], lengths, batch["image_index"]
+            self._raw_features(batch), tokens[:, :-1], lengths, batch["image_index"], sample_prob=p
         )  # (B, T-1, V), (B, T-1, N)
         loss = F.cross_entropy(
             logits.flatten(0, 1).float(),
@@ -282,3 +285,13 @@ def replan_one_cycle(scheduler: torch.optim.lr_scheduler.OneCycleLR, total: int)
     for group, lr in zip(scheduler.optimizer.param_groups, lrs):
         group["lr"] = lr
     scheduler._last_lr = list(lrs)
+
+
+def sample_prob(schedule: dict, epoch: int) -> float:
+    """model.scheduled_sampling at an epoch: 0 before start_epoch, then rising linearly to
+    max_prob over ramp_epochs (epoch start_epoch already gets max_prob / ramp_epochs)."""
+    top = float(schedule.get("max_prob", 0.0))
+    if top <= 0:
+        return 0.0
+    done = epoch - schedule.get("start_epoch", 0) + 1
+    return top * min(1.0, max(0.0, done / max(1, schedule.get("ramp_epochs", 1))))

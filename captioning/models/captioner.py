@@ -41,11 +41,14 @@ class Captioner(nn.Module):
         tokens: torch.Tensor,
         lengths: torch.Tensor | None = None,
         image_index: torch.Tensor | None = None,
+        sample_prob: float = 0.0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher forcing: raw features (I, N, C), tokens (B, T) -> logits (B, T, V),
-        weights (B, T, N); `image_index` (B,) maps captions to images (see the decoders)."""
+        weights (B, T, N); `image_index` (B,) maps captions to images; `sample_prob`: scheduled
+        sampling (see the decoders)."""
         features = self.normalizer(raw_features)  # (I, N, D)
-        return self.decoder(features, tokens, lengths=lengths, image_index=image_index)
+        kwargs = {"sample_prob": sample_prob} if sample_prob > 0 else {}
+        return self.decoder(features, tokens, lengths=lengths, image_index=image_index, **kwargs)
 
     @torch.no_grad()
     def generate(

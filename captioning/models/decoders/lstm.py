@@ -111,8 +111,13 @@ class LSTMDecoder(nn.Module):
         mask: torch.Tensor | None = None,
         lengths: torch.Tensor | None = None,
         image_index: torch.Tensor | None = None,
+        sample_prob: float = 0.0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher forcing: features (I, N, Df), tokens (B, T) -> logits (B, T, V), weights (B, T, N).
+
+        `sample_prob` > 0 is scheduled sampling: from step 1 on, each row is fed, with that
+        probability, the model's own previous prediction (argmax, no gradient through the choice)
+        instead of the reference word; the deep output then sees what was fed.
 
         `image_index` (B,) says which image each caption belongs to (default: caption i <-> image
         i), so several captions of one image share its prepared keys: key work runs per image.
@@ -133,20 +138,30 @@ class LSTMDecoder(nn.Module):
         prepared = self.prepare(features, mask)  # (I, ...) once per image
         state = self.reorder(self.init_state(prepared, features), index)  # (B, ...) per caption
         emb = self.embed(tokens)  # (B, T, E)
-        hs, contexts, weights = [], [], []
+        hs, contexts, weights, fed = [], [], [], []
         for t, n in enumerate(counts):
             if n == 0:
                 break
             if n < state.h.shape[0]:  # the shortest rows are done: drop them (a view, no copy)
                 state = LSTMState(state.h[:n], state.c[:n], state.prepared.map(lambda x: x[:n]))
-            h, context, state, w = self._advance(emb[:n, t], state)
+            x = emb[:n, t]  # (n, E)
+            if sample_prob > 0 and t > 0:
+                with torch.no_grad():  # the previous step's prediction, as decoding would make it
+                    prev = self._output(fed[-1][:n, None], hs[-1][:n, None], contexts[-1][:n, None])
+                    own = self.embed(prev[:, 0].argmax(-1))  # (n, E)
+                use = torch.rand(n, device=x.device) < sample_prob
+                x = torch.where(use[:, None], own, x)
+            h, context, state, w = self._advance(x, state)
             pad = (0, 0, 0, batch - n)
             hs.append(nn.functional.pad(h, pad))
             contexts.append(nn.functional.pad(context, pad))
             weights.append(nn.functional.pad(w, pad))
+            if sample_prob > 0:
+                fed.append(nn.functional.pad(x, pad))
         pad_t = steps - len(hs)
         hs, contexts = torch.stack(hs, 1), torch.stack(contexts, 1)  # (B, T', H), (B, T', Dv)
-        weights, emb = torch.stack(weights, 1), emb[:, : steps - pad_t]  # (B, T', N), (B, T', E)
+        weights = torch.stack(weights, 1)  # (B, T', N)
+        emb = torch.stack(fed, 1) if sample_prob > 0 else emb[:, : steps - pad_t]  # (B, T', E)
         if order is not None:  # back to the caller's row order, before the (B, T, V) head
             inverse = order.argsort()
             hs, contexts, weights, emb = hs[inverse], contexts[inverse], weights[inverse], emb[inverse]

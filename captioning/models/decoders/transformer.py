@@ -200,15 +200,26 @@ class TransformerDecoder(nn.Module):
         pick = lambda t: t.index_select(0, index)  # noqa: E731
         return state.map(pick, None if images is None else lambda t: t[images])
 
-    def forward(self, features, tokens, mask=None, lengths=None, image_index=None):
+    def forward(self, features, tokens, mask=None, lengths=None, image_index=None, sample_prob=0.0):
         """Teacher forcing: features (I, N, Df), tokens (B, T) -> logits (B, T, V), weights
         (B, T, N). `image_index` (B,) maps captions to images (default: caption i <-> image i).
+
+        `sample_prob` > 0 is scheduled sampling, the two-pass way (all positions are computed at
+        once, so the model's own words must exist before the pass that learns): a teacher-forced
+        pass without gradients predicts every next word (argmax); each input word after <bos> is
+        replaced by that prediction with probability sample_prob; the second pass trains on the
+        mix. Cost: one extra forward pass per step.
 
         Causal masking makes right-padding harmless to real positions. With `lengths` (B,),
         captions are sorted into up to `length_buckets` groups of similar length, each run only
         as long as its longest caption, so padding is (mostly) not computed. Positions past a
         group's longest caption get logits 0 and weights 0 (the loss ignores them).
         """
+        if sample_prob > 0:
+            with torch.no_grad():
+                first, _ = self.forward(features, tokens, mask, lengths, image_index)  # (B, T, V)
+            use = torch.rand(tokens[:, 1:].shape, device=tokens.device) < sample_prob
+            tokens = torch.cat([tokens[:, :1], torch.where(use, first[:, :-1].argmax(-1), tokens[:, 1:])], 1)
         prepared = self.prepare(features, mask)  # (I, ...) once per image
         batch, steps = tokens.shape
         index = torch.arange(batch, device=tokens.device) if image_index is None else image_index
