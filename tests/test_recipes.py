@@ -130,3 +130,35 @@ def test_a_run_with_the_recipes_on(decoder, tiny_cfg):
     rows = list(csv.DictReader((Path(cfg.paths.output_dir) / "csv" / "metrics.csv").open()))
     assert any(r.get("train/sample_prob") == "0.5" for r in rows)
     assert any(r.get("train/attn_coverage_penalty") for r in rows)
+
+
+def test_warmup_cosine_shape():
+    from captioning.lit.schedules import warmup_cosine
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = warmup_cosine(opt, total_steps=100, warmup_pct=0.1, min_lr_ratio=0.1)
+    lrs = []
+    for _ in range(100):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)  # linear warm-up
+    assert all(a >= b for a, b in zip(lrs[9:], lrs[10:]))  # then never rises
+    assert lrs[-1] == pytest.approx(0.1)  # down to min_lr_ratio at the last step
+
+
+@pytest.mark.parametrize("schedule", ["warmup_cosine", "plateau", "constant"])
+def test_schedule_presets_train(schedule, tiny_cfg):
+    from pathlib import Path
+
+    from captioning.checkpoint import read_checkpoint
+    from captioning.lit import train
+
+    cfg = tiny_cfg(f"schedule={schedule}", "trainer.max_epochs=2", "decode.beam_size=1", "logger=none")
+    train(cfg)
+    last = read_checkpoint(Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt")
+    kinds = {"warmup_cosine": "lr_lambdas", "plateau": "num_bad_epochs"}
+    if schedule == "constant":
+        assert last["lr_schedulers"] == []
+    else:
+        assert kinds[schedule] in last["lr_schedulers"][0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import warnings
 
@@ -239,9 +240,13 @@ class CaptioningModule(pl.LightningModule):
         # one-cycle: each group's peak keeps its ratio to the base rate (the tuned encoder's own)
         extra = ({"max_lr": [optim["scheduler"]["max_lr"] * g["lr"] / base for g in optimizer.param_groups]}
                  if "max_lr" in optim["scheduler"] else {})
-        scheduler = hydra.utils.instantiate(optim["scheduler"])(
-            optimizer=optimizer, total_steps=int(self.trainer.estimated_stepping_batches), **extra
-        )
+        make = hydra.utils.instantiate(optim["scheduler"])
+        if "total_steps" in inspect.signature(make.func).parameters:  # step schedules: their length
+            extra["total_steps"] = int(self.trainer.estimated_stepping_batches)
+        scheduler = make(optimizer=optimizer, **extra)
+        if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):  # schedule=plateau
+            return {"optimizer": optimizer, "lr_scheduler": {
+                "scheduler": scheduler, "interval": "epoch", "monitor": self.cfg["checkpoint"]["monitor"]}}
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def _param_groups(self) -> list[dict]:
