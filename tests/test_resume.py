@@ -262,3 +262,17 @@ def test_a_killed_ddp_run_resumes_to_the_same_result(data_dir, tmp_path):
     _finish(_start(tmp_path / "fresh", data_dir, log, f"resume={killed / 'run'}", torchrun=True))
     assert differences(reference, killed) == []
     assert {rank for rank, _ in _steps(log)[0]} == {0, 1}
+
+
+def test_keys_added_to_the_code_since_the_run_started_do_not_block_resume():
+    """A run saved before the config gained keys (new keys default to the old behaviour) resumes
+    after a `git pull`; a changed or removed key is still refused."""
+    from captioning.lit.resume import config_differences
+
+    saved = {"seed": 0, "optim": {"lr": 1.0, "scheduler": None}}
+    current = {"seed": 0, "optim": {"lr": 1.0, "alpha_c": 0.0, "scheduler": None},
+               "early_stopping": {"patience": None}}
+    assert config_differences(saved, current) == []
+    assert config_differences(saved, {**current, "seed": 1}) == ["seed: 0 -> 1"]
+    assert config_differences(saved, {"seed": 0, "optim": {"scheduler": None}}) == [
+        "optim.lr: 1.0 -> '<absent>'"]

@@ -53,11 +53,13 @@ def find_run(resume: str, cfg: dict, current: Path) -> Path:
 
 def config_differences(saved: dict, current: dict) -> list[str]:
     """Hashed keys whose values differ ('key: saved -> current'), except a larger
-    trainer.max_epochs (the one change a resume allows)."""
+    trainer.max_epochs (the one change a resume allows) and keys the code gained since the run
+    started (absent from its saved config: every new key defaults to the old behaviour, so a
+    run survives a `git pull` between crash and resume)."""
     a, b = flatten(hashed_view(saved)), flatten(hashed_view(current))
     out = []
     for key in sorted(a.keys() | b.keys()):
-        if a.get(key) == b.get(key):
+        if a.get(key) == b.get(key) or key not in a:
             continue
         if key == "trainer.max_epochs" and isinstance(a.get(key), int) and b.get(key, 0) > a[key]:
             continue
