@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from ..checkpoint import checkpoint_config, read_checkpoint
 from ..lit.training import train
 from ..models.captioner import resolved_attention
-from ..provenance import config_hash, cpu_kind, fingerprint, flatten, hashed_view
+from ..provenance import config_hash, cpu_kind, flatten, hashed_view
 
 log = logging.getLogger(__name__)
 
@@ -102,13 +102,14 @@ class GridRunner:
         return cfg, out
 
     def _legacy_cells(self) -> dict[Path, dict]:
-        """Finished cells whose directory name is not their config's hash under today's rule
-        (written under an older one) -> their hashed config, flat. Read once per runner."""
+        """Finished cells -> their hashed config, flat: the candidates for a cell whose
+        directory (today's hash) does not exist, because the config gained keys or the hash
+        rule changed since they ran. Read once per runner."""
         if self._legacy is None:
             self._legacy = {}
             for cell in sorted((self.root / "cells").glob("*/results.json")):
                 view = cell_config(cell.parent)
-                if view is not None and fingerprint(view) != cell.parent.name:
+                if view is not None:
                     self._legacy[cell.parent] = flatten(view)
         return self._legacy
 
@@ -121,8 +122,8 @@ class GridRunner:
             if all(k in want and want[k] == v for k, v in old.items()):
                 cell.rename(out)
                 del self._legacy[cell]
-                log.info("grid: adopted %s as %s (named by an older config-hash rule)",
-                         cell.name, out.name)
+                log.info("grid: adopted %s as %s (named under an older config: keys added since, "
+                         "or an older hash rule)", cell.name, out.name)
                 return
 
     def resolve(self, cell: Cell) -> Cell:
