@@ -224,9 +224,12 @@ def test_cells_named_by_an_older_hash_rule_are_adopted_not_retrained(tmp_path, m
     cell = Cell("lstm", "matched", "dot", 0)
     plain = OmegaConf.to_container(runner.config(cell)[0], resolve=True)
     old = {k: v for k, v in plain.items() if k != "seed"}  # "seed" did not exist back then
-    legacy = _legacy_cell(tmp_path, old, committed=committed)
-    other = _legacy_cell(tmp_path, {**old, "encoder": {"name": "resnet50", "pca_dim": 64}}, "0ther",
-                         committed=committed)
+    from captioning.provenance import config_hash
+
+    # named as a grid names cells: by the hash of their config at the time (here without "seed")
+    legacy = _legacy_cell(tmp_path, old, config_hash(old), committed=committed)
+    changed = {**old, "encoder": {"name": "resnet50", "pca_dim": 64}}
+    other = _legacy_cell(tmp_path, changed, config_hash(changed), committed=committed)
     dirs = GridRunner(fake.compose, [], tmp_path, DIMS).run([cell, Cell("lstm", "matched", "additive", 0)])
     assert not legacy.exists() and (dirs[cell] / "results.json").is_file()  # renamed, kept
     assert fake.trained == ["additive/512/0/False"]  # no legacy cell matches it: trained
