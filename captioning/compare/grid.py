@@ -149,7 +149,7 @@ class GridRunner:
         log.info("grid: %d cells, %d distinct runs, %d finished, %d to train",
                  len(cells), len(set(dirs.values())), done, len(todo))
         configs = []
-        for out in set(dirs.values()) - {self.config(c)[1] for c in todo}:
+        for out in {d for d in dirs.values() if (d / "results.json").exists()}:
             cell_config(out)  # finished: make sure its cell.json exists (older grids lacked it)
         for k, cell in enumerate(todo, 1):
             cfg, out = self.config(cell)
