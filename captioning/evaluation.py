@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from .data.datasets import Pixels
+from .data.datasets import record_images
 from .data.images import MAX_PIXELS
 from .data.prepare import load_features
 from .errors import UserError
@@ -39,15 +39,15 @@ def evaluate_checkpoint(
     indices = data.split_indices(split)
     if not indices:
         raise ValueError(f"split '{split}' has no images in {data_cfg.get('json_path') or data_cfg['root']}")
-    pixels = Pixels(data, cfg["encoder"]["image_size"], data_cfg.get("max_image_pixels", MAX_PIXELS))
+    files = record_images(data, cfg["encoder"]["image_size"], data_cfg.get("max_image_pixels", MAX_PIXELS))
     hyps, start = [], time.perf_counter()
     for i in range(0, len(indices), batch_size):
         chunk = indices[i : i + batch_size]
         if predictor.model.encoder is None:
             raw = data.raw_features(chunk)
         else:
-            read = [pixels(k) for k in chunk]
-            bad = [why for image, why in read if image is None]
+            read = [files[k] for k in chunk]
+            bad = [f"{data.records[k].path}: {why}" for k, (_, why) in zip(chunk, read) if why]
             if bad:  # readable when the store was built: a file changed since
                 raise UserError(f"cannot read {len(bad)} image(s) of split '{split}': {bad[:5]}")
             with torch.no_grad():

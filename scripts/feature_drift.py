@@ -14,7 +14,7 @@ import argparse
 import torch
 
 from captioning import load_checkpoint
-from captioning.data.datasets import Pixels
+from captioning.data.datasets import record_images
 from captioning.data.prepare import load_features
 from captioning.models.encoder import build_tunable_encoder
 
@@ -36,11 +36,11 @@ def main() -> None:
         raise SystemExit(f"{args.checkpoint} has no fine-tuned encoder (encoder.finetune=false)")
     frozen = build_tunable_encoder(cfg["encoder"]).eval()  # the same network, untrained stages
     data = load_features(cfg["data"], cfg["encoder"])
-    pixels = Pixels(data, cfg["encoder"]["image_size"])
+    files = record_images(data, cfg["encoder"]["image_size"])
     train = data.split_indices("train")[: args.images]
     raw = {"frozen": [], "tuned": []}
     for start in range(0, len(train), args.batch):
-        images = torch.stack([pixels(i)[0] for i in train[start : start + args.batch]])
+        images = torch.stack([files[i][0] for i in train[start : start + args.batch]])
         raw["frozen"].append(frozen(images))
         raw["tuned"].append(model.encode(images))
     rows = {k: torch.cat(v).flatten(0, 1) for k, v in raw.items()}  # (images x cells, C)

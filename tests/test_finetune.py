@@ -73,13 +73,13 @@ def test_checkpoint_holds_the_trained_stages_and_reproduces_captions(tuned, data
     assert not torch.equal(model.encoder.trunk[7][0].conv1.weight, fresh.trunk[7][0].conv1.weight)
     assert torch.equal(model.encoder.trunk[6][0].conv1.weight, fresh.trunk[6][0].conv1.weight)
     # Captions of the reloaded model == the test predictions of the model as trained.
-    from captioning.data.datasets import Pixels
+    from captioning.data.datasets import record_images
     from captioning.data.prepare import load_features
 
     data = load_features(saved["data"], saved["encoder"])
     test = data.split_indices("test")[:6]
-    pixels = Pixels(data, saved["encoder"]["image_size"])
-    images = torch.stack([pixels(i)[0] for i in test])
+    files = record_images(data, saved["encoder"]["image_size"])
+    images = torch.stack([files[i][0] for i in test])
     ids, _ = model.generate(model.encode(images), vocab.bos, vocab.eos, vocab.pad, max_len=30)
     said = {data.records[i].image_id: " ".join(vocab.decode(t)) for i, t in zip(test, ids)}
     written = {p["image_id"]: p["caption"] for p in json.loads((out / "predictions.json").read_text())}

@@ -11,23 +11,17 @@ import torch
 from torch.utils.data import Dataset
 
 from .augment import MIRRORED, augment, draw_generator, mirror_tokens
-from .images import MAX_PIXELS, read_image
+from .images import MAX_PIXELS, ImageFiles
 from .prepare import PreparedData
 
 log = logging.getLogger(__name__)
 
 
-class Pixels:
-    """Reads a record's image for the encoder (encoder.image_size square, uint8 (3, H, W)), or
-    None and why. The paths were confined to the image root when the store was built."""
-
-    def __init__(self, data: PreparedData, size: int, max_pixels: int = MAX_PIXELS) -> None:
-        self.data, self.size, self.max_pixels = data, size, max_pixels
-
-    def __call__(self, index: int) -> tuple[torch.Tensor | None, str]:
-        path = self.data.records[index].path
-        pixels, why = read_image(path, self.size, self.max_pixels)
-        return (None, f"{path}: {why}") if pixels is None else (torch.from_numpy(pixels).permute(2, 0, 1), "")
+def record_images(data: PreparedData, size: int, max_pixels: int = MAX_PIXELS) -> ImageFiles:
+    """The records' image files read for the encoder: item k = record k's (3, size, size) uint8
+    and "" or why it cannot be used. The paths were confined to the image root when the store
+    was built."""
+    return ImageFiles([r.path for r in data.records], size, max_pixels)
 
 
 class ImageCaptions(Dataset):
@@ -68,19 +62,19 @@ class AugmentedImageCaptions(ImageCaptions):
     (data/augment.py): keys are (epoch, k) pairs (EpochShuffle(with_epoch=True)), so the draw is
     a function of (seed, epoch, image) and a resumed run repeats it."""
 
-    def __init__(self, data: PreparedData, split: str, pixels: Pixels, seed: int,
+    def __init__(self, data: PreparedData, split: str, files: ImageFiles, seed: int,
                  crop_scale: tuple[float, float] = (1.0, 1.0), flip: bool = True, max_len: int = 30,
                  captions_per_image: int | None = None) -> None:
         super().__init__(data, split, max_len, captions_per_image)
-        self.pixels, self.seed, self.crop_scale, self.flip = pixels, seed, tuple(crop_scale), flip
+        self.files, self.seed, self.crop_scale, self.flip = files, seed, tuple(crop_scale), flip
         stoi = data.vocab.stoi
         self.swap = {stoi[a]: stoi[b] for a, b in MIRRORED.items() if a in stoi and b in stoi}
 
     def __getitem__(self, key: tuple[int, int]) -> dict:
         epoch, k = key
         item = super().__getitem__(k)
-        image, why = self.pixels(item["index"])
-        if image is not None:
+        image, why = self.files[item["index"]]
+        if not why:
             g = draw_generator(self.seed, epoch, item["index"])
             image, mirrored = augment(image, g, self.crop_scale, self.flip)
             if mirrored:
@@ -90,10 +84,10 @@ class AugmentedImageCaptions(ImageCaptions):
 
 class EvalImages(Dataset):
     """Each image of a split once, with all its references (words) and ground-truth objects;
-    with `pixels` (a fine-tuned encoder) also the image, as it is (no augmentation)."""
+    with `files` (a fine-tuned encoder) also the image, as it is (no augmentation)."""
 
-    def __init__(self, data: PreparedData, split: str, pixels: Pixels | None = None) -> None:
-        self.data, self.indices, self.pixels = data, data.split_indices(split), pixels
+    def __init__(self, data: PreparedData, split: str, files: ImageFiles | None = None) -> None:
+        self.data, self.indices, self.files = data, data.split_indices(split), files
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -102,8 +96,8 @@ class EvalImages(Dataset):
         i = self.indices[k]
         r = self.data.records[i]
         item = {"index": i, "refs": r.captions, "objects": r.objects, "image_id": r.image_id}
-        if self.pixels is not None:
-            item["image"], item["why"] = self.pixels(i)
+        if self.files is not None:
+            item["image"], item["why"] = self.files[i]
         return item
 
 
@@ -118,9 +112,10 @@ class Collate:
     def __call__(self, items: list[dict]) -> dict:
         if "image" in items[0]:  # fine-tuning: images, not store rows
             for it in items:
-                if it["image"] is None:  # readable when the store was built, not now: skip it
-                    log.warning("skipped an unreadable image in this batch: %s", it["why"])
-            items = [it for it in items if it["image"] is not None]
+                if it["why"]:  # readable when the store was built, not now: skip it
+                    log.warning("skipped an unreadable image in this batch: %s: %s",
+                                self.data.records[it["index"]].path, it["why"])
+            items = [it for it in items if not it["why"]]
         index = torch.tensor([it["index"] for it in items])
         if "image" in items[0]:
             batch = {"index": index, "images": torch.stack([it["image"] for it in items])}  # (B, 3, H, W)

@@ -10,8 +10,8 @@ import torch
 from lightning_fabric.utilities.seed import pl_worker_init_function
 from torch.utils.data import DataLoader, DistributedSampler
 
-from ..data.datasets import AugmentedImageCaptions, Collate, EvalImages, ImageCaptions, Pixels
-from ..data.images import MAX_PIXELS
+from ..data.datasets import AugmentedImageCaptions, Collate, EvalImages, ImageCaptions, record_images
+from ..data.images import MAX_PIXELS, ImageFiles
 from ..data.prepare import PreparedData, load_records_and_features, prepare_data
 from ..data.sampler import EpochShuffle
 
@@ -108,9 +108,9 @@ class CaptionDataModule(pl.LightningDataModule):
         """encoder.finetune: batches carry images (the feature store only fits the normaliser)."""
         return bool(self.encoder_cfg.get("finetune"))
 
-    def _pixels(self) -> Pixels:
-        return Pixels(self.data, self.encoder_cfg["image_size"],
-                      self.data_cfg.get("max_image_pixels", MAX_PIXELS))
+    def _files(self) -> ImageFiles:
+        return record_images(self.data, self.encoder_cfg["image_size"],
+                             self.data_cfg.get("max_image_pixels", MAX_PIXELS))
 
     def train_dataloader(self) -> DataLoader:
         max_len, per_image = self.data_cfg.get("max_caption_len", 30), self.data_cfg.get("captions_per_image")
@@ -118,7 +118,7 @@ class CaptionDataModule(pl.LightningDataModule):
             enc = self.encoder_cfg
             augment = enc.get("augment", True)
             images = AugmentedImageCaptions(
-                self.data, "train", self._pixels(), self.seed,
+                self.data, "train", self._files(), self.seed,
                 enc.get("crop_scale", (1.0, 1.0)) if augment else (1.0, 1.0), augment, max_len, per_image)
         else:
             images = ImageCaptions(self.data, "train", max_len, per_image)
@@ -135,7 +135,7 @@ class CaptionDataModule(pl.LightningDataModule):
         return self._loader(images, batch_size, sampler)
 
     def _eval_loader(self, split: str) -> DataLoader:
-        images = EvalImages(self.data, split, self._pixels() if self.finetune else None)
+        images = EvalImages(self.data, split, self._files() if self.finetune else None)
         rank, world = self._rank_world()
         # Each rank decodes its share; the module gathers and de-duplicates (padding repeats).
         sampler = DistributedSampler(images, world, rank, shuffle=False) if world > 1 else None
