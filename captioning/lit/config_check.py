@@ -128,7 +128,8 @@ def unknown_keys(cfg: dict) -> list[str]:
         if section == "optim" and rest.split(".")[0] in ("optimizer", "scheduler"):
             part, _, arg = rest.partition(".")
             spec = cfg["optim"][part] or {}
-            allowed = _kwargs_of(spec.get("_target_", "")) if arg not in ("_target_", "_partial_") else None
+            target = spec.get("_target_")  # none: schedule=constant's `scheduler: null`
+            allowed = _kwargs_of(target) if target and arg not in ("", "_target_", "_partial_") else None
             if allowed is not None and arg not in allowed:
                 problems.append(f"optim.{part}.{arg}: {spec['_target_']} takes no '{arg}'"
                                 + _closest(arg, allowed))
@@ -189,6 +190,11 @@ RULES = [
     ("checkpoint.every_n_steps", lambda v: isinstance(v, int) and v >= 0,
      "an integer >= 0 (0: at epoch ends only)"),
     ("checkpoint.mode", lambda v: v in ("min", "max"), "min or max"),
+    ("training.objective", lambda v: v in ("ce", "scst"), "ce (cross-entropy) or scst (self-critical)"),
+    ("training.samples", lambda v: isinstance(v, int) and v >= 2,
+     "an integer >= 2 (the mean baseline needs the other samples)"),
+    ("training.baseline", lambda v: v in ("mean", "greedy"), "mean or greedy"),
+    ("training.max_len", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
 ]
 
 
@@ -204,6 +210,7 @@ def bad_values(cfg: dict) -> list[str]:
             good = False
         if not good:
             problems.append(f"{key}={value!r}: must be {must}")
+    problems += scst_problems(cfg)
     enc = cfg.get("encoder") or {}
     if enc.get("name") in ENCODERS:
         width = encoder_dim(enc["name"])
@@ -211,6 +218,22 @@ def bad_values(cfg: dict) -> list[str]:
         if pca is not None and not (isinstance(pca, int) and 1 <= pca <= width):
             problems.append(f"encoder.pca_dim={pca!r}: must be null or 1..{width} ({enc['name']} "
                             f"features are {width}-d)")
+    return problems
+
+
+def scst_problems(cfg: dict) -> list[str]:
+    """training=scst: a second stage, from a cross-entropy checkpoint; the CE-only recipes off."""
+    if (cfg.get("training") or {}).get("objective") != "scst":
+        return []
+    problems = []
+    if not cfg.get("init_from"):
+        problems.append("training=scst needs init_from=<run>/checkpoints/best.ckpt: self-critical "
+                        "training refines a cross-entropy model (from scratch its samples are "
+                        "noise and every reward is ~0); train one first with `python train.py`")
+    for key, off in (("optim.alpha_c", 0), ("model.scheduled_sampling.max_prob", 0)):
+        if (value := get_dotted(cfg, key)) not in (None, off):
+            problems.append(f"{key}={value} with training=scst: a cross-entropy recipe, unused by "
+                            f"the self-critical loss; set {key}={off}")
     return problems
 
 

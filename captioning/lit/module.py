@@ -24,6 +24,7 @@ from ..models.attention import (
 )
 from ..models.captioner import build_captioner
 from ..predict import caption_features, greedy
+from .scst import SelfCritical, training_references
 
 
 class NonFiniteLossError(RuntimeError):
@@ -53,6 +54,13 @@ class CaptioningModule(pl.LightningModule):
         self._gates: list[tuple[int, float]] = []  # (queries, mean gate) per decoded batch
         self.test_predictions: list[dict] = []
         self.metrics: dict[str, dict] = {}  # stage -> the last scores, unrounded
+        self.objective = cfg.get("training", {}).get("objective", "ce")
+        self.scst: SelfCritical | None = None  # training=scst: made in on_fit_start (needs the data)
+
+    def on_fit_start(self) -> None:
+        if self.objective == "scst" and self.scst is None:
+            refs = training_references(self.trainer.datamodule.data)
+            self.scst = SelfCritical(self.cfg["training"], self.vocab, refs)
 
     def _raw_features(self, batch: dict) -> torch.Tensor:
         """(B, N, C) raw encoder features: the store's rows, or with encoder.finetune the
@@ -65,6 +73,8 @@ class CaptioningModule(pl.LightningModule):
             return self.model.encode(batch["images"])
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        if self.scst is not None:
+            return self._scst_step(batch)
         tokens = batch["tokens"]  # (B, T)
         targets = tokens[:, 1:]  # (B, T-1)
         lengths = (targets != self.vocab.pad).sum(1)  # padding is never computed
@@ -87,6 +97,16 @@ class CaptioningModule(pl.LightningModule):
             loss = loss + alpha_c * penalty
         self.log("train/loss", loss, prog_bar=True, batch_size=len(tokens))
         self._batch, self._loss = batch, loss.detach()  # for the non-finite guard's message
+        return loss
+
+    def _scst_step(self, batch: dict) -> torch.Tensor:
+        """training=scst: the self-critical loss on this batch's images (its captions unused)."""
+        loss, stats = self.scst.loss(self.model, self._raw_features(batch), batch["index"])
+        b = len(batch["index"])
+        self.log("train/loss", loss, prog_bar=True, batch_size=b)
+        self.log("train/reward", stats.pop("reward"), prog_bar=True, batch_size=b)
+        self.log_dict({f"train/{k}": v for k, v in stats.items()}, batch_size=b)
+        self._batch, self._loss = batch, loss.detach()
         return loss
 
     def on_before_optimizer_step(self, optimizer) -> None:

@@ -12,7 +12,7 @@ from torch import nn
 
 from .beam import beam_search
 from .decoders import build_decoder
-from .decoding import greedy_decode
+from .decoding import greedy_decode, sample_decode
 from .encoder import TunableEncoder, build_tunable_encoder, encoder_dim
 from .normalizer import FeatureNormalizer
 
@@ -78,6 +78,13 @@ class Captioner(nn.Module):
         hyps = beam_search(self.decoder, features, bos, eos, beam_size, max_len, alpha=alpha,
                            block_ngram=block_ngram, banned=(pad, bos))
         return [h[0].tokens for h in hyps], [h[0].weights for h in hyps]
+
+    @torch.no_grad()
+    def sample(self, raw_features: torch.Tensor, bos: int, eos: int, k: int, max_len: int = 30,
+               banned: tuple[int, ...] = ()) -> torch.Tensor:
+        """Raw features (B, N, C) -> (B*K, L) token ids, K sampled captions per image
+        (image-major, eos-padded; decoding.sample_decode). Self-critical training draws these."""
+        return sample_decode(self.decoder, self.normalizer(raw_features), bos, eos, k, max_len, banned)
 
 
 def build_captioner(cfg: dict, vocab_size: int) -> Captioner:
