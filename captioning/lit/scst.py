@@ -35,11 +35,11 @@ class SelfCritical:
         self.cider = CiderD(list(train_refs.values()))
         self.banned = (vocab.pad, vocab.bos)  # never sampled (beam search bans them too)
 
-    def rewards(self, tokens: torch.Tensor, image: np.ndarray, refs: list) -> np.ndarray:
-        """(H, L) token ids, hypothesis h describing refs[image[h]] -> (H,) CIDEr-D."""
+    def rewards(self, tokens: torch.Tensor | list[list[int]], image: np.ndarray, refs: list) -> np.ndarray:
+        """(H, L) token ids (or H id lists), hypothesis h describing refs[image[h]] -> (H,) CIDEr-D."""
         # Host copy on purpose: CIDEr-D is n-gram counting over words.
-        hyps = [self.vocab.decode(row) for row in tokens.tolist()]
-        return self.cider.score(hyps, image, refs)
+        rows = tokens.tolist() if isinstance(tokens, torch.Tensor) else tokens
+        return self.cider.score([self.vocab.decode(row) for row in rows], image, refs)
 
     def loss(self, model: Captioner, raw: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, dict]:
         """raw features (B, N, C) of training records `index` (B,) -> the policy-gradient loss
@@ -55,9 +55,7 @@ class SelfCritical:
                 base = leave_one_out_mean(reward, k)
             else:  # greedy: the test-time decoder's own caption (one more decode per image)
                 ids, _ = model.generate(raw.detach(), v.bos, v.eos, v.pad, 1, self.max_len)
-                greedy = [torch.tensor(i or [v.eos]) for i in ids]
-                padded = torch.nn.utils.rnn.pad_sequence(greedy, batch_first=True, padding_value=v.eos)
-                base = np.repeat(self.rewards(padded, np.arange(b), refs), k)
+                base = np.repeat(self.rewards(ids, np.arange(b), refs), k)
             # The samples' log-probabilities, with gradient: one teacher-forced pass.
             rows = torch.arange(b, device=raw.device).repeat_interleave(k)  # (B*K,) image per sample
             ended = samples == v.eos
