@@ -13,7 +13,7 @@ from .data.prepare import load_features
 from .errors import UserError
 from .metrics import attribute_accuracy
 from .metrics.report import score_captions
-from .predict import Predictor
+from .predict import Caption, Predictor
 
 
 def evaluate_checkpoint(
@@ -30,6 +30,37 @@ def evaluate_checkpoint(
     `decode` entries that are not None override the checkpoint's decoding settings; the data
     config is the checkpoint's with `data_overrides` applied (e.g. another root or cache dir).
     """
+    predictor, records, captions, seconds = decode_split(checkpoint, split, decode, data_overrides,
+                                                        batch_size)
+    hyps = [c.words for c in captions]
+    predictions = [{"image_id": r.image_id, "caption": " ".join(h)} for r, h in zip(records, hyps)]
+    prefix = f"{split}/"
+    metrics, tokenization = score_captions(
+        {p["image_id"]: p["caption"] for p in predictions},
+        {r.image_id: r.texts for r in records}, {r.image_id: r.captions for r in records},
+        prefix, tokenizer, meteor,
+    )
+    metrics.update(attribute_accuracy(hyps, [r.objects for r in records], prefix))
+    metrics.update(
+        {
+            "images_per_s": len(records) / seconds,
+            "num_images": len(records),
+            "checkpoint": str(checkpoint),
+            **{f"decode/{k}": v for k, v in predictor.decode.items()},
+        }
+    )
+    return metrics, predictions, tokenization
+
+
+def decode_split(
+    checkpoint: str | Path,
+    split: str = "test",
+    decode: dict | None = None,
+    data_overrides: dict | None = None,
+    batch_size: int = 100,
+) -> tuple[Predictor, list, list[Caption], float]:
+    """-> (the loaded predictor, the split's records, one Caption (words + attention) per record,
+    seconds spent decoding)."""
     predictor = Predictor.load(checkpoint, decode)
     cfg = predictor.cfg
     data_cfg = {**cfg["data"], **(data_overrides or {})}
@@ -40,7 +71,7 @@ def evaluate_checkpoint(
     if not indices:
         raise ValueError(f"split '{split}' has no images in {data_cfg.get('json_path') or data_cfg['root']}")
     files = record_images(data, cfg["encoder"]["image_size"], data_cfg.get("max_image_pixels", MAX_PIXELS))
-    hyps, start = [], time.perf_counter()
+    captions, start = [], time.perf_counter()
     for i in range(0, len(indices), batch_size):
         chunk = indices[i : i + batch_size]
         if predictor.model.encoder is None:
@@ -52,23 +83,5 @@ def evaluate_checkpoint(
                 raise UserError(f"cannot read {len(bad)} image(s) of split '{split}': {bad[:5]}")
             with torch.no_grad():
                 raw = predictor.model.encode(torch.stack([image for image, _ in read]))
-        hyps += [c.words for c in predictor(raw)]
-    seconds = time.perf_counter() - start
-    records = [data.records[i] for i in indices]
-    predictions = [{"image_id": r.image_id, "caption": " ".join(h)} for r, h in zip(records, hyps)]
-    prefix = f"{split}/"
-    metrics, tokenization = score_captions(
-        {p["image_id"]: p["caption"] for p in predictions},
-        {r.image_id: r.texts for r in records}, {r.image_id: r.captions for r in records},
-        prefix, tokenizer, meteor,
-    )
-    metrics.update(attribute_accuracy(hyps, [r.objects for r in records], prefix))
-    metrics.update(
-        {
-            "images_per_s": len(indices) / seconds,
-            "num_images": len(indices),
-            "checkpoint": str(checkpoint),
-            **{f"decode/{k}": v for k, v in predictor.decode.items()},
-        }
-    )
-    return metrics, predictions, tokenization
+        captions += predictor(raw)
+    return predictor, [data.records[i] for i in indices], captions, time.perf_counter() - start

@@ -11,6 +11,9 @@ Drawn so that it cannot mislead:
   and shown as it is where attention is high; the cells at >= half the scale's maximum are
   outlined in one hue that no built-in object has.
 - **The whole caption as the title**, so the panels read as a sentence.
+- **Weight off the grid is shown**: where a step's weights sum to less than 1 (adaptive
+  attention's visual sentinel takes the rest), the panel gets its own "sentinel" tile with that
+  weight, on the same scale.
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ def _figure(image: np.ndarray, words: list[str], weights: torch.Tensor, cols: in
     brightness = LinearSegmentedColormap.from_list("brightness", [(1 - DIM,) * 3, (1, 1, 1)])
     grids = _grids(weights)  # (L, side, side)
     n = grids[0].size
+    off_grid = 1.0 - grids.sum((1, 2))  # (L,) the sentinel's weight where there is one
+    sentinel = bool((off_grid > 1e-3).any())
     top = float(grids.max()) if grids.size and grids.max() > 0 else 1.0
     panels = len(words) + 1
     cols = min(cols, panels)
@@ -90,6 +95,15 @@ def _figure(image: np.ndarray, words: list[str], weights: torch.Tensor, cols: in
         ax.set_xlim(0, w)
         ax.set_ylim(h, 0)
         ax.set_title(words[k - 1], fontsize=11)
+        if sentinel:  # its own tile, top right, shaded on the panel's scale, value written
+            tile = ax.inset_axes((0.68, 0.68, 0.3, 0.3))
+            tile.imshow([[1.0]], cmap="gray", vmin=0, vmax=1)
+            tile.imshow([[off_grid[k - 1]]], cmap=shade, norm=Normalize(vmin, vmax))
+            tile.set_xticks([])
+            tile.set_yticks([])
+            for side in tile.spines.values():
+                side.set_color(CONTOUR)
+            tile.set_title(f"sentinel {off_grid[k - 1]:.2f}", fontsize=7, pad=1)
     caption = " ".join(words)
     how = "" if scale == "shared" else "  [each panel scaled to its own min .. max]"
     fig.suptitle("\n".join(textwrap.wrap(caption + how, 20 * cols)), fontsize=12)

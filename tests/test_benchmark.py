@@ -25,6 +25,9 @@ def test_benchmark_json_has_every_field(tmp_path):
         f"lstm/mixed/{res['default_precision']}", "transformer/additive/fp32",
         "transformer/additive/bf16", "transformer/dot/fp32", "transformer/dot/bf16",
         f"transformer/mixed/{res['default_precision']}",
+        # the key-side refiner's cost: additive with model.refiner=self_attention in front
+        f"lstm/additive+self_attention/{res['default_precision']}",
+        f"transformer/additive+self_attention/{res['default_precision']}",
     }
     for key, t in res["train"].items():
         assert {"median_s", "min_s", "max_s", "captions_per_s"} <= set(t) and t["captions_per_s"] > 0
@@ -51,6 +54,7 @@ def test_benchmark_json_has_every_field(tmp_path):
     }
     assert all(v > 0 for v in res["ratios"].values())
     assert "| ratio | x |" in md.read_text() and res["config"]["tokens"] == 3
+    assert "| lstm/additive+self_attention/" in md.read_text()
 
 
 def test_benchmark_imports_neither_hydra_lightning_wandb_nor_nltk():

@@ -3,6 +3,8 @@ import torch
 
 from captioning.models import ATTENTIONS, build_attention, build_decoder, greedy_decode
 from captioning.models.attention import masked_softmax
+from captioning.models.attention.adaptive import sentinel_weight
+from captioning.models.attention.hierarchical import HierarchicalAttention
 
 DQ, DK, DV = 12, 20, 8
 
@@ -13,32 +15,47 @@ def attn(request):
     return build_attention(request.param, DQ, DK, DV)
 
 
+def visual_mass(attn, w: torch.Tensor) -> torch.Tensor:
+    """What the grid weights must sum to: 1, or 1 - the sentinel's weight (adaptive)."""
+    return 1 - sentinel_weight(w) if getattr(attn, "has_sentinel", False) else torch.ones(w.shape[:-1])
+
+
+# Grids are square (3x3, 2x2, 1x1): hierarchical pools blocks and graph's grid8 neighbourhood
+# needs rows and columns.
 def test_shapes_for_both_query_shapes(attn):
-    keys, values = torch.randn(3, 5, DK), torch.randn(3, 5, DV)
+    keys, values = torch.randn(3, 9, DK), torch.randn(3, 9, DV)
     prep = attn.prepare(keys, values=values)
     ctx, w = attn(torch.randn(3, DQ), prep)
-    assert ctx.shape == (3, DV) and w.shape == (3, 5)
+    assert ctx.shape == (3, DV) and w.shape == (3, 9)
     ctx, w = attn(torch.randn(3, 4, DQ), prep)
-    assert ctx.shape == (3, 4, DV) and w.shape == (3, 4, 5)
-    assert torch.allclose(w.sum(-1), torch.ones(3, 4), atol=1e-6) and (w >= 0).all()
+    assert ctx.shape == (3, 4, DV) and w.shape == (3, 4, 9)
+    assert torch.allclose(w.sum(-1), visual_mass(attn, w), atol=1e-6) and (w >= 0).all()
+    if getattr(attn, "has_sentinel", False):  # the sentinel takes a real share, not all of it
+        assert (0 < w.sum(-1)).all() and (w.sum(-1) < 1).all()
 
 
 def test_masked_positions_get_zero_weight(attn):
-    keys, values = torch.randn(2, 6, DK), torch.randn(2, 6, DV)
-    mask = torch.tensor([[1, 1, 0, 1, 0, 1], [1, 0, 0, 0, 0, 0]], dtype=torch.bool)
+    keys, values = torch.randn(2, 4, DK), torch.randn(2, 4, DV)
+    mask = torch.tensor([[1, 1, 0, 1], [1, 0, 0, 0]], dtype=torch.bool)
     ctx, w = attn(torch.randn(2, 3, DQ), attn.prepare(keys, mask, values))
     assert (w[~mask[:, None, :].expand_as(w)] == 0).all()
-    assert torch.allclose(w.sum(-1), torch.ones(2, 3), atol=1e-6)
-    assert torch.allclose(w[1], torch.eye(6)[0].expand(3, 6))  # one visible position takes all
+    assert torch.allclose(w.sum(-1), visual_mass(attn, w), atol=1e-6)
+    one = torch.eye(4)[0].expand(3, 4) * visual_mass(attn, w[1])[:, None]
+    assert torch.allclose(w[1], one, atol=1e-6)  # one visible position takes all (that is visual)
 
 
 def test_batch_of_one_and_single_position(attn):
-    ctx, w = attn(torch.randn(1, DQ), attn.prepare(torch.randn(1, 1, DK), values=torch.randn(1, 1, DV)))
-    assert ctx.shape == (1, DV) and torch.allclose(w, torch.ones(1, 1))
+    keys, values = torch.randn(1, 1, DK), torch.randn(1, 1, DV)
+    if isinstance(attn, HierarchicalAttention):  # 2x2 blocks cannot exist on a 1x1 grid
+        with pytest.raises(ValueError, match="exceeds the grid side 1"):
+            attn.prepare(keys, values=values)
+        return
+    ctx, w = attn(torch.randn(1, DQ), attn.prepare(keys, values=values))
+    assert ctx.shape == (1, DV) and torch.allclose(w, visual_mass(attn, w)[:, None])
 
 
 def test_every_parameter_gets_gradient(attn):
-    keys, values = torch.randn(4, 7, DK), torch.randn(4, 7, DV)
+    keys, values = torch.randn(4, 9, DK), torch.randn(4, 9, DV)
     ctx, _ = attn(torch.randn(4, 3, DQ), attn.prepare(keys, values=values))
     (ctx * torch.randn_like(ctx)).sum().backward()
     for name, p in attn.named_parameters():
@@ -47,7 +64,7 @@ def test_every_parameter_gets_gradient(attn):
 
 def test_steps_equal_all_at_once(attn):
     """Prepared once and queried step by step == one call with all T queries."""
-    keys, values, q = torch.randn(2, 5, DK), torch.randn(2, 5, DV), torch.randn(2, 4, DQ)
+    keys, values, q = torch.randn(2, 9, DK), torch.randn(2, 9, DV), torch.randn(2, 4, DQ)
     prep = attn.prepare(keys, values=values)
     full, w_full = attn(q, prep)
     for t in range(4):
@@ -58,8 +75,8 @@ def test_steps_equal_all_at_once(attn):
 @pytest.mark.parametrize("query_shape", [(6, DQ), (6, 2, DQ)])
 def test_grouped_rows_equal_copied_keys(attn, query_shape):
     """G query rows per prepared image (beam search) == keys copied to every row."""
-    keys, values = torch.randn(2, 5, DK), torch.randn(2, 5, DV)
-    mask = torch.tensor([[1, 1, 1, 0, 1], [1, 0, 1, 1, 1]], dtype=torch.bool)
+    keys, values = torch.randn(2, 4, DK), torch.randn(2, 4, DV)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 1, 1]], dtype=torch.bool)
     prep = attn.prepare(keys, mask, values)
     q = torch.randn(*query_shape)  # 3 rows per image, image-major
     ctx, w = attn(q, prep)
@@ -87,14 +104,14 @@ def test_masked_softmax_all_masked_row_is_zero():
     assert (w == 0).all()
 
 
-@pytest.mark.parametrize("name", ["additive", "dot"])
+@pytest.mark.parametrize("name", ["additive", "dot", "adaptive", "hierarchical", "graph", "aoa"])
 def test_lstm_decoder_step_matches_teacher_forcing(name):
     torch.manual_seed(0)
     dec = build_decoder({"name": "lstm", "embed_dim": 16, "hidden_dim": 24, "value_dim": 8},
                         30, 40, {"name": name}).eval()
-    feats, tokens = torch.randn(3, 6, 40), torch.randint(0, 30, (3, 5))
+    feats, tokens = torch.randn(3, 9, 40), torch.randint(0, 30, (3, 5))  # a 3x3 grid
     logits, weights = dec(feats, tokens)
-    assert logits.shape == (3, 5, 30) and weights.shape == (3, 5, 6)
+    assert logits.shape == (3, 5, 30) and weights.shape == (3, 5, 9)
     state = dec.init_state(dec.prepare(feats), feats)
     for t in range(5):
         step_logits, state, w = dec.step(tokens[:, t], state)

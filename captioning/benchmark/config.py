@@ -26,6 +26,8 @@ class BenchConfig:
     decoders: str = "lstm,transformer"
     modes: str = field(default=",".join(ATTENTIONS.names()), metadata={"help": "attention modes to train"})
     attention: str = field(default="additive", metadata={"help": "attention mode for decoding"})
+    refiners: str = field(default="self_attention", metadata={
+        "help": "key-side refiners (model.refiner) to train in front of additive attention"})
     beam: int = 5
     beam_batch: int = field(default=64, metadata={"help": "images for the beam comparison"})
     encoder: str = "resnet50"
@@ -53,6 +55,10 @@ class BenchConfig:
     @property
     def decoder_list(self) -> list[str]:
         return [d for d in self.decoders.split(",") if d]
+
+    @property
+    def refiner_list(self) -> list[str]:
+        return [r for r in self.refiners.split(",") if r]
 
     @property
     def mode_list(self) -> list[str]:

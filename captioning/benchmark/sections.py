@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models import beam_search, build_decoder
+from ..models.refiner import REFINERS
 from .config import DTYPES
 
 
@@ -108,6 +109,27 @@ def bench_train(args, device, results) -> None:
                     t["flop_per_s"] = t["flops_per_step"] / t["median_s"]
                     t["mfu"] = t["flop_per_s"] / results["peak"][f"{precision}_flop_per_s"]
                 out[f"{name}/{mode}/{precision}{'/naive' if naive else ''}"] = t
+        for refiner in args.refiner_list:  # its cost: additive with the refiner in front
+            torch.manual_seed(0)
+            dec = Refined(REFINERS[refiner](args.feature_dim, dim=args.d_model),
+                          build_decoder(decoder_cfg(name, args), args.vocab, args.feature_dim,
+                                        {"name": "additive"})).to(device).train()
+            opt = torch.optim.AdamW(dec.parameters(), lr=1e-4, fused=True)
+            t = timed(train_step(dec, feats, tokens, opt, DTYPES[default], device), args.warmup,
+                      args.repeats, device)
+            t["captions_per_s"] = args.batch / t["median_s"]
+            out[f"{name}/additive+{refiner}/{default}"] = t
+
+
+class Refined(torch.nn.Module):
+    """A refiner in front of a decoder, called like the decoder (features first)."""
+
+    def __init__(self, refiner: torch.nn.Module, decoder: torch.nn.Module) -> None:
+        super().__init__()
+        self.refiner, self.decoder = refiner, decoder
+
+    def forward(self, features, *args, **kwargs):
+        return self.decoder(self.refiner(features), *args, **kwargs)
 
 
 @torch.no_grad()

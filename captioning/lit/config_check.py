@@ -26,6 +26,7 @@ from ..errors import UserError
 from ..models.attention import cross_attention_modules
 from ..models.captioner import build_captioner
 from ..models.encoder import ENCODERS, encoder_dim, find_weights
+from ..models.refiner import REFINERS
 from ..provenance import flatten, get_dotted
 from ..visualize import SCALES
 
@@ -164,6 +165,10 @@ RULES = [
     ("model.scheduled_sampling.max_prob", lambda v: 0 <= v <= 1, "in [0, 1]"),
     ("model.scheduled_sampling.start_epoch", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0"),
     ("model.scheduled_sampling.ramp_epochs", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    ("model.refiner", lambda v: v == "none" or v in REFINERS, "none or " + " | ".join(REFINERS.names())),
+    ("model.refiner_layers", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    ("model.refiner_dim", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    ("model.refiner_heads", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
     ("optim.alpha_c", lambda v: v >= 0, ">= 0 (0 = off)"),
     ("optim.label_smoothing", lambda v: 0 <= v < 1, "in [0, 1)"),
     ("data.batch_size", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),

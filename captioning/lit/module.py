@@ -21,6 +21,7 @@ from ..models.attention import (
     attention_step_stats,
     cross_attention_modules,
     doubly_stochastic_penalty,
+    sentinel_weight,
 )
 from ..models.captioner import build_captioner
 from ..predict import caption_features, greedy
@@ -166,8 +167,11 @@ class CaptioningModule(pl.LightningModule):
         owner = torch.repeat_interleave(
             torch.arange(len(captions), device=steps.device),
             torch.tensor([len(c.steps) for c in captions], device=steps.device))
-        sums = torch.zeros(len(captions), len(ATTENTION_STATS), device=steps.device)
-        sums = sums.index_add_(0, owner, attention_step_stats(steps)).tolist()
+        stats = attention_step_stats(steps)  # (steps, 3)
+        if getattr(attention, "has_sentinel", False):  # adaptive: + the sentinel's weight per step
+            stats = torch.cat([stats, sentinel_weight(steps).unsqueeze(1)], 1)  # (steps, 4)
+        sums = torch.zeros(len(captions), stats.shape[1], device=steps.device)
+        sums = sums.index_add_(0, owner, stats).tolist()
         gate = attention.pop_gate() if hasattr(attention, "pop_gate") else None
         if gate is not None:
             self._gates.append((len(steps), gate))
@@ -215,7 +219,8 @@ class CaptioningModule(pl.LightningModule):
             ))
         # Every step of every image once: the same numbers from any number of processes.
         total = sum(o["attn_steps"] for o in outputs)
-        for k, key in enumerate(ATTENTION_STATS if total else ()):
+        names = (*ATTENTION_STATS, "attn_sentinel")  # the last only where a sentinel exists
+        for k, key in enumerate(names[: len(outputs[0]["attn_sums"])] if total else ()):
             metrics[f"{stage}/{key}"] = sum(o["attn_sums"][k] for o in outputs) / total
         if gates:  # gated_mixed: per batch, not per image (images repeated by padding count twice)
             metrics[f"{stage}/attn_gate"] = sum(n * g for n, g in gates) / sum(n for n, _ in gates)

@@ -15,6 +15,7 @@ from .decoders import build_decoder
 from .decoding import greedy_decode, sample_decode
 from .encoder import TunableEncoder, build_tunable_encoder, encoder_dim
 from .normalizer import FeatureNormalizer
+from .refiner import build_refiner
 
 
 class Captioner(nn.Module):
@@ -22,11 +23,17 @@ class Captioner(nn.Module):
     (`encode`: images -> raw features), so every path captions with the network that trained."""
 
     def __init__(self, decoder: nn.Module, normalizer: FeatureNormalizer,
-                 encoder: TunableEncoder | None = None) -> None:
+                 encoder: TunableEncoder | None = None, refiner: nn.Module | None = None) -> None:
         super().__init__()
         self.decoder = decoder
         self.normalizer = normalizer
         self.encoder = encoder  # None: features come from the (frozen) feature store
+        self.refiner = refiner  # None: the decoder attends over the normalised features as they are
+
+    def features(self, raw_features: torch.Tensor) -> torch.Tensor:
+        """Raw (B, N, C) -> what the decoder attends over: normalised, then refined (B, N, D)."""
+        features = self.normalizer(raw_features)
+        return features if self.refiner is None else self.refiner(features)
 
     def encode(self, images: torch.Tensor) -> torch.Tensor:
         """images (B, 3, H, W) uint8 -> raw features (B, N, C) through the tuned encoder."""
@@ -46,7 +53,7 @@ class Captioner(nn.Module):
         """Teacher forcing: raw features (I, N, C), tokens (B, T) -> logits (B, T, V),
         weights (B, T, N); `image_index` (B,) maps captions to images; `sample_prob`: scheduled
         sampling (see the decoders)."""
-        features = self.normalizer(raw_features)  # (I, N, D)
+        features = self.features(raw_features)  # (I, N, D)
         kwargs = {"sample_prob": sample_prob} if sample_prob > 0 else {}
         return self.decoder(features, tokens, lengths=lengths, image_index=image_index, **kwargs)
 
@@ -65,7 +72,7 @@ class Captioner(nn.Module):
         """Raw features (B, N, C) -> per image the token ids (without <bos>, up to and including
         <eos>) and their attention weights (len, N). beam_size 1 is greedy, >1 batched beam
         search (alpha: GNMT length penalty; block_ngram: no repeated n-grams)."""
-        features = self.normalizer(raw_features)  # (B, N, D)
+        features = self.features(raw_features)  # (B, N, D)
         if beam_size == 1:
             tokens, weights = greedy_decode(self.decoder, features, bos, eos, max_len)
             ids, out = [], []
@@ -84,7 +91,7 @@ class Captioner(nn.Module):
                banned: tuple[int, ...] = ()) -> torch.Tensor:
         """Raw features (B, N, C) -> (B*K, L) token ids, K sampled captions per image
         (image-major, eos-padded; decoding.sample_decode). Self-critical training draws these."""
-        return sample_decode(self.decoder, self.normalizer(raw_features), bos, eos, k, max_len, banned)
+        return sample_decode(self.decoder, self.features(raw_features), bos, eos, k, max_len, banned)
 
 
 def build_captioner(cfg: dict, vocab_size: int) -> Captioner:
@@ -94,7 +101,7 @@ def build_captioner(cfg: dict, vocab_size: int) -> Captioner:
     normalizer = FeatureNormalizer(in_dim, enc.get("pca_dim") or in_dim, cfg["data"].get("blind", False))
     decoder = build_decoder(cfg["decoder"], vocab_size, normalizer.out_dim, cfg["attention"])
     encoder = build_tunable_encoder(enc) if enc.get("finetune") else None
-    return Captioner(decoder, normalizer, encoder)
+    return Captioner(decoder, normalizer, encoder, build_refiner(cfg.get("model") or {}, normalizer.out_dim))
 
 
 def resolved_attention(cfg: dict) -> str:

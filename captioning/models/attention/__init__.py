@@ -1,6 +1,18 @@
 """Cross-attention modules behind one interface; `build_attention(name, Dq, Dk, Dv, **cfg)`."""
 
-from . import additive, dot, linear, local, mixed, multihead  # noqa: F401  (registers the modules)
+from . import (  # noqa: F401  (registers the modules)
+    adaptive,
+    additive,
+    aoa,
+    dot,
+    graph,
+    hierarchical,
+    linear,
+    local,
+    mixed,
+    multihead,
+)
+from .adaptive import sentinel_weight
 from .base import (
     ATTENTION_STATS,
     ATTENTIONS,
@@ -17,5 +29,5 @@ from .base import (
 __all__ = [
     "ATTENTION_STATS", "ATTENTIONS", "CrossAttention", "Prepared", "attention_stats",
     "attention_step_stats", "build_attention",
-    "cross_attention_modules", "doubly_stochastic_penalty", "masked_softmax",
+    "cross_attention_modules", "doubly_stochastic_penalty", "masked_softmax", "sentinel_weight",
 ]

@@ -40,6 +40,8 @@ class LSTMDecoder(nn.Module):
         # every step. Same outputs, only slower; the benchmark measures what preparing saves.
         self.prepare_once = prepare_once
         attention = dict(attention)
+        if attention["name"] == "adaptive":  # its visual sentinel is made from x_t and the memory cell
+            attention.setdefault("input_dim", embed_dim)
         self.embed = nn.Embedding(vocab_size, embed_dim)
         self.value_proj = nn.Linear(feature_dim, value_dim)
         self.attention = build_attention(
@@ -77,7 +79,9 @@ class LSTMDecoder(nn.Module):
             prepared = self.attention.prepare(
                 prepared.keys, prepared.mask, values=self.value_proj(prepared.values)
             )
-        context, weights = self.attention(state.h, prepared)  # (B, Dv), (B, N)
+        # A mode that takes the decoder's memory (adaptive: the sentinel) gets (x_t, c_{t-1}).
+        memory = {"memory": (emb, state.c)} if getattr(self.attention, "takes_memory", False) else {}
+        context, weights = self.attention(state.h, prepared, **memory)  # (B, Dv), (B, N)
         if self.gate is not None:
             context = torch.sigmoid(self.gate(state.h)) * context
         h, c = self.cell(torch.cat([emb, context], dim=-1), (state.h, state.c))
