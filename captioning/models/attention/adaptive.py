@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .base import CrossAttention, Prepared, masked_softmax, register
+from .base import CrossAttention, Prepared, group_rows, masked_softmax, register
 
 
 def sentinel_weight(weights: torch.Tensor) -> torch.Tensor:
@@ -81,10 +81,7 @@ class AdaptiveAttention(CrossAttention):
         s = self.sentinel(q, memory)  # (R, T, Dq)
         rows, t = q.shape[:2]
         images = prepared.values.shape[0]
-        if rows != images:
-            if rows % images:
-                raise ValueError(f"{rows} query rows do not group over {images} prepared images")
-            q, s = (z.reshape(images, rows // images * t, z.shape[-1]) for z in (q, s))  # (B, G*T, .)
+        q, s = group_rows(q, images), group_rows(s, images)  # (B, T', .): T' = G*T
         wq = self.w_query(q).unsqueeze(2)  # (B, T', 1, A)
         cells = self.v(torch.tanh(wq + prepared.keys.unsqueeze(1))).squeeze(-1)  # (B, T', N)
         own = self.v(torch.tanh(wq.squeeze(2) + self.w_sentinel(s)))  # (B, T', 1)

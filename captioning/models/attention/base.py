@@ -94,16 +94,22 @@ class CrossAttention(nn.Module):
         single = query.dim() == 2
         q = query.unsqueeze(1) if single else query  # (R, T, Dq)
         rows, t = q.shape[:2]
-        images = prepared.values.shape[0]
-        if rows != images:
-            if rows % images:
-                raise ValueError(f"{rows} query rows do not group over {images} prepared images")
-            q = q.reshape(images, rows // images * t, q.shape[-1])  # (B, G*T, Dq)
-        context, weights = self._attend(q, prepared)
+        context, weights = self._attend(group_rows(q, prepared.values.shape[0]), prepared)
         context, weights = context.reshape(rows, t, -1), weights.reshape(rows, t, -1)
         if single:
             return context.squeeze(1), weights.squeeze(1)
         return context, weights
+
+
+def group_rows(x: torch.Tensor, images: int) -> torch.Tensor:
+    """(R, T, D) per-row queries (or anything per query) -> (B, G*T, D) for B prepared images
+    when R = G*B rows are image-major (G beams per image); unchanged when R == B."""
+    rows, t = x.shape[:2]
+    if rows == images:
+        return x
+    if rows % images:
+        raise ValueError(f"{rows} query rows do not group over {images} prepared images")
+    return x.reshape(images, rows // images * t, x.shape[-1])
 
 
 ATTENTION_STATS = ("attn_entropy", "attn_max", "attn_min")
