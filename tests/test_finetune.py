@@ -16,7 +16,7 @@ from captioning.checkpoint import read_checkpoint
 from captioning.data.augment import MIRRORED, augment, draw_generator, mirror_tokens
 from captioning.data.sampler import EpochShuffle
 from captioning.lit import train
-from captioning.models.encoder import STAGES, build_encoder, build_tunable_encoder
+from captioning.models.encoder import STAGES, ResNetEncoder, build_encoder, build_tunable_encoder
 
 ROOT = Path(__file__).resolve().parents[1]
 FINETUNE = ["encoder.finetune=true", "trainer.max_epochs=1", "decode.beam_size=1",
@@ -149,3 +149,42 @@ def test_flips_swap_left_and_right_and_draws_repeat():
     sampler = EpochShuffle(5, seed=0, with_epoch=True)
     sampler.set_epoch(3)
     assert all(epoch == 3 for epoch, _ in sampler) and sorted(k for _, k in sampler) == list(range(5))
+
+
+def test_export_encoder_gives_a_weights_file_that_runs_like_the_tuned_encoder(tuned, tmp_path):
+    """scripts/export_encoder.py: the tuned encoder as a torchvision file; built frozen from it
+    (encoder.pretrained=true, weights_path) it computes the tuned encoder's features, and its
+    weights id is the file's content hash (the feature store's key)."""
+    cfg, out = tuned
+    ckpt = out / "checkpoints" / "best.ckpt"
+    weights = tmp_path / "tuned.pth"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "export_encoder.py"), str(ckpt), str(weights)],
+                   check=True, capture_output=True, text=True)
+    model, _, run_cfg = load_checkpoint(ckpt)
+    enc = {**run_cfg["encoder"], "pretrained": True, "weights_path": str(weights), "verify_weights": False}
+    frozen = build_encoder(enc).eval()
+    assert frozen.weights_id.startswith("sha256:")
+    images = torch.rand(2, 3, 64, 64)
+    with torch.no_grad():  # both in float32 (the tuned encoder's own forward autocasts its frozen part)
+        want = ResNetEncoder.forward(model.encoder, images)
+        assert torch.allclose(frozen(images), want, atol=1e-5)
+        plain = build_encoder({**run_cfg["encoder"], "finetune": False}).eval()
+        assert not torch.allclose(plain(images), want, atol=1e-3)  # the trained stage did change
+
+
+def test_pretrain_encoder_writes_a_frozen_usable_weights_file(tmp_path, data_dir):
+    """scripts/pretrain_encoder.py on the tiny data: a torchvision file that the encoder loads as
+    weights (content-hash id) and a summary with the learning curve."""
+    from conftest import TINY
+
+    out = tmp_path / "enc.pth"
+    overrides = [o for o in TINY if o.startswith("data.") or o.startswith("encoder.image_size")]
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "pretrain_encoder.py"), "--out", str(out),
+                    "--encoder", "resnet18", "--epochs", "1", "--batch", "16",
+                    *overrides, f"paths.data_dir={data_dir}"], check=True, capture_output=True, text=True)
+    summary = json.loads(out.with_suffix(".json").read_text())
+    assert summary["labels"] == 30 and summary["train_images"] == 96 and len(summary["history"]) == 1
+    assert 0 <= summary["history"][0]["val_acc"] <= 1 and 0.5 < summary["val_acc_if_all_negative"] < 1
+    enc = build_encoder({"name": "resnet18", "pretrained": True, "weights_path": str(out),
+                         "verify_weights": False})
+    assert enc.weights_id.startswith("sha256:")

@@ -144,6 +144,21 @@ class ResNetEncoder(nn.Module):
         return self
 
 
+def torchvision_state(encoder: ResNetEncoder, name: str) -> dict[str, torch.Tensor]:
+    """The encoder's weights as torchvision's `name` state dict (the trunk under torchvision's
+    names, the unused classifier from a fresh network), loadable with encoder.pretrained=true
+    encoder.weights_path=<file> encoder.verify_weights=false: a trained encoder then runs, frozen
+    and cached, exactly like any other weights file."""
+    net = ENCODERS[name].builder(weights=None)
+    names = [n for n, _ in net.named_children()][:-2]  # conv1, bn1, relu, maxpool, layer1..4
+    state = {k: v for k, v in net.state_dict().items() if k.startswith("fc.")}
+    for key, value in encoder.trunk.state_dict().items():
+        index, _, rest = key.partition(".")
+        state[f"{names[int(index)]}.{rest}"] = value.detach().clone()
+    net.load_state_dict(state)  # strict: every key of the torchvision network is there
+    return state
+
+
 class TunableEncoder(ResNetEncoder):
     """A ResNetEncoder whose last `stages` stages train (encoder.finetune): the frozen part runs
     without gradients in the precision feature extraction uses on that device (autocast_dtype:
