@@ -55,7 +55,7 @@ def data_config(overrides: list[str]) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
-def run(net, loader, opt=None) -> tuple[float, float, float]:
+def run(net, loader, opt=None, sched=None) -> tuple[float, float, float]:
     """One pass; training when `opt` is given. -> (mean loss, per-label accuracy, share of
     images whose whole label set is right)."""
     net.train(opt is not None)
@@ -71,6 +71,7 @@ def run(net, loader, opt=None) -> tuple[float, float, float]:
             opt.zero_grad()
             loss.backward()
             opt.step()
+            sched.step()
         loss_sum += loss.item() * len(images)
         hit = (logits > 0) == (target > 0.5)  # (B, labels)
         right, total, exact = right + int(hit.sum()), total + hit.numel(), exact + int(hit.all(1).sum())
@@ -103,15 +104,22 @@ def main(argv: list[str] | None = None) -> dict:
     opt = torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=1e-4)
     g = torch.Generator().manual_seed(args.seed)
     loader = DataLoader(train, args.batch, shuffle=True, generator=g, num_workers=1)
-    history, start = [], time.perf_counter()
+    # Cosine decay per step: a from-scratch ResNet at a constant rate can end on an epoch whose
+    # BatchNorm statistics do not fit its weights (validation collapses in eval mode).
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, args.lr, total_steps=args.epochs * len(loader),
+                                                pct_start=0.1)
+    history, start, best = [], time.perf_counter(), None
     for epoch in range(args.epochs):
         t = time.perf_counter()
-        train_loss, train_acc, _ = run(net, loader, opt)
+        train_loss, train_acc, _ = run(net, loader, opt, sched)
         val_loss, val_acc, val_exact = run(net, DataLoader(val, 64))
         history.append({"epoch": epoch + 1, "train_loss": train_loss, "train_acc": train_acc,
                         "val_loss": val_loss, "val_acc": val_acc, "val_exact": val_exact,
                         "seconds": time.perf_counter() - t})
         print(json.dumps(history[-1]))
+        if best is None or val_loss < best[0]:  # the encoder written is the best epoch's (val loss)
+            best = (val_loss, epoch + 1, {k: v.detach().clone() for k, v in net.state_dict().items()})
+    net.load_state_dict(best[2])
     # A torchvision state dict: the classifier goes back to the network's own shape (unused:
     # the encoder drops it) so torchvision's constructor loads the file strictly.
     state = {k: v for k, v in net.state_dict().items() if not k.startswith("fc.")}
@@ -121,13 +129,14 @@ def main(argv: list[str] | None = None) -> dict:
     out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(state, out)
     negatives = 1 - float(torch.stack([val[i][1] for i in range(len(val))]).mean()) if len(val) else None
-    summary = {"out": str(out), "labels": len(LABELS), "train_images": len(train),
+    summary = {"out": str(out), "labels": len(LABELS), "train_images": len(train), "best_epoch": best[1],
                "val_acc_if_all_negative": negatives,  # what per-label accuracy means here
                "minutes": (time.perf_counter() - start) / 60, "history": history}
     out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
     print(f"{out}: {args.encoder} trained {args.epochs} epochs on {len(train)} images "
-          f"({summary['minutes']:.1f} min): val per-label accuracy {history[-1]['val_acc']:.3f}, "
-          f"label sets exactly right {history[-1]['val_exact']:.3f}")
+          f"({summary['minutes']:.1f} min), kept epoch {best[1]}: val per-label accuracy "
+          f"{history[best[1] - 1]['val_acc']:.3f}, label sets exactly right "
+          f"{history[best[1] - 1]['val_exact']:.3f}")
     return summary
 
 
