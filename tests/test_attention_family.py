@@ -197,6 +197,10 @@ def test_adaptive_with_the_refiner_trains_and_logs_the_sentinel(decoder, tiny_cf
     assert [r for r in rows if r.get("val/attn_sentinel") and 0 < float(r["val/attn_sentinel"]) < 1]
     best = Path(cfg.paths.output_dir) / "checkpoints" / "best.ckpt"
     assert any(k.startswith("model.refiner.layers.1.") for k in read_checkpoint(best)["state_dict"])
+    from captioning import load_checkpoint
+
+    model, _, _ = load_checkpoint(best)  # results.json's params count the refiner too
+    assert results["params"] == sum(p.numel() for m in (model.decoder, model.refiner) for p in m.parameters())
     if decoder == "lstm":  # the word-class analysis runs on such a checkpoint
         import subprocess
         import sys

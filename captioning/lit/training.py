@@ -137,7 +137,9 @@ def train(cfg: DictConfig) -> dict:
         # The precision the cached features were extracted in (the store is keyed by it).
         feature_precision=str(extraction_dtype(resolve_device(plain["encoder"].get("device", "auto"))))
         .removeprefix("torch."),
-        params=sum(p.numel() for p in module.model.decoder.parameters()),
+        # The captioning model's own weights: decoder and key-side refiner (not the encoder).
+        params=sum(p.numel() for m in (module.model.decoder, module.model.refiner) if m is not None
+                   for p in m.parameters()),
         attention_params=sum(p.numel() for m in cross for p in m.parameters()),
         # What `mixed` decided at construction (equals the name for every other mode).
         attention_resolved=resolved_attention(plain),
