@@ -15,7 +15,7 @@ RESULT_KEYS = {
     "test/attr_acc_colour", "test/attr_acc_shape", "test/attr_acc_size", "test/attr_acc_position",
     "wall_time_s", "seed", "config_hash", "git_commit", "params", "decode/beam_size", "decode/alpha",
     "test/grounding", "test/grounding_uniform", "test/grounding_ratio", "first_step_s",
-    "median_step_s", "media_s", "machine", "accelerator", "feature_precision",
+    "median_step_s", "media_s", "machine", "accelerator", "feature_precision", "train_captions_per_s",
 }
 
 
@@ -35,6 +35,10 @@ def test_results_json_and_predictions(trained):
     assert saved == results
     assert saved["machine"].endswith(")") and saved["accelerator"] is None  # "<cpu> (<kind>)"; CPU run
     assert saved["feature_precision"] in ("float32", "bfloat16")
+    # captions per second of optimisation steps: tiny steps, a few captions each, so > 1 and it
+    # agrees with the median step (4 images x 5 captions per step here)
+    assert saved["train_captions_per_s"] > 1
+    assert 0.2 < saved["train_captions_per_s"] * saved["median_step_s"] / 20 < 5
     assert all(0.0 <= saved[f"test/bleu{n}"] <= 1.0 for n in range(1, 5))
     assert saved["test/bleu1"] > 0.2, "three epochs learn at least the frequent words"
     preds = json.loads((out / "predictions.json").read_text())

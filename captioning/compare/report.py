@@ -88,6 +88,7 @@ def build_report(
             "bleu4": bleu, "bleu4_boot": boot,
             "attr_acc": metric("test/attr_acc"), "grounding_ratio": metric("test/grounding_ratio"),
             "attn_entropy": metric("test/attn_entropy"),
+            "captions_per_s": metric("train_captions_per_s"),  # cells from before it: none
             "attention_params": (res[0].get("attention_params")
                                  if res and attention != BLIND else None),
             "params": res[0].get("params") if res else None,
@@ -151,8 +152,8 @@ def build_markdown(report: dict) -> str:
              f"only if it beats its blind run (same decoder, dims, seed) by "
              f">= {report['undertrained_margin']:.2f} BLEU-4.", ""]
     lines += ["| decoder | dims | attention | BLEU-4 | 95% CI seeds | 95% CI images | attr acc | "
-              "grounding (x uniform) | entropy | attention params | counted |",
-              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "grounding (x uniform) | entropy | attention params | train captions/s | counted |",
+              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in report["rows"]:
         b = r["bleu4"]
         name = r["attention"] + (f" (= {r['same_as']})" if r["same_as"] else "")
@@ -169,14 +170,16 @@ def build_markdown(report: dict) -> str:
                    for k in UNDERTRAINED_KEYS}
             lines.append(f"| {r['decoder']} | {r['dims']} | {name} | ({_fmt(raw['bleu4'])}) |  |  | "
                          f"({_fmt(raw['attr_acc'])}) |  | ({_fmt(raw['attn_entropy'], 2)}) | "
-                         f"{params} | {note} |")
+                         f"{params} |  | {note} |")
             continue
         g = r["grounding_ratio"]
+        c = r.get("captions_per_s") or {"mean": math.nan}
+        speed = "" if math.isnan(c["mean"]) else _fmt(c, 0)
         lines.append(
             f"| {r['decoder']} | {r['dims']} | {name} | {_fmt(b)} | {_interval(b['lo'], b['hi'])} | "
             f"{_interval(*r['bleu4_boot'])} | {_fmt(r['attr_acc'])} | "
             f"{'' if math.isnan(g['mean']) else _fmt(g, 2)} | {_fmt(r['attn_entropy'], 2)} | "
-            f"{params} | {note} |"
+            f"{params} | {speed} | {note} |"
         )
     if report["diffs"]:
         lines += ["", "Additive - dot (paired by seed; the image bootstrap resamples the same images "

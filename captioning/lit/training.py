@@ -152,6 +152,7 @@ def train(cfg: DictConfig) -> dict:
         first_step_s=round(throughput.step_seconds[0], 3) if throughput.step_seconds else None,
         median_step_s=(round(statistics.median(throughput.step_seconds), 4)
                        if throughput.step_seconds else None),
+        train_captions_per_s=(round(c, 2) if (c := throughput.captions_per_s()) else None),
         media_s=round(sum(media.seconds), 2),
         **{f"decode/{k}": v for k, v in plain["decode"].items()},
     )
