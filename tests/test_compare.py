@@ -99,6 +99,28 @@ def test_finished_cells_are_skipped_and_grids_resume(tmp_path, monkeypatch):
     assert fake.trained[12:] == ["dot/512/1/False"]
 
 
+def test_a_cell_another_experiment_finished_is_used_not_retrained(tmp_path, monkeypatch):
+    fake = FakeRuns()
+    monkeypatch.setattr(grid_mod, "train", fake.train)
+    zoo_cells = [Cell("lstm", "mismatched", m, 0) for m in ("additive", "general")]
+    (tmp_path / "zoo" / "cells" / "unfinished").mkdir(parents=True)  # never borrowed
+    cross, zoo = tmp_path / "cross_modal", tmp_path / "zoo"
+    first = GridRunner(fake.compose, [], cross, DIMS, shared=[zoo]).run([zoo_cells[0]])
+    dirs = GridRunner(fake.compose, [], zoo, DIMS, shared=[cross]).run(zoo_cells)
+    assert fake.trained == ["additive/None/0/False", "general/None/0/False"]
+    assert dirs[zoo_cells[0]] == first[zoo_cells[0]]  # the comparison's, where it is
+    assert dirs[zoo_cells[1]].parent == zoo / "cells"
+    # The other way round too, and report-only mode finds it the same way:
+    again = GridRunner(fake.compose, [], cross, DIMS, shared=[zoo])
+    assert again.run(zoo_cells[1:])[zoo_cells[1]] == dirs[zoo_cells[1]]
+    assert len(fake.trained) == 2
+    # A cell the other experiment finished under an older hash rule is adopted where it is:
+    legacy = first[zoo_cells[0]].rename(cross / "cells" / "0ld")
+    dirs = GridRunner(fake.compose, [], zoo, DIMS, shared=[cross]).run(zoo_cells)
+    assert dirs[zoo_cells[0]] == first[zoo_cells[0]] and not legacy.exists()
+    assert len(fake.trained) == 2
+
+
 def test_mixed_trains_identically_to_the_mode_it_picks(tiny_cfg):
     """Matched widths (64-d PCA features, 64-d queries): mixed == dot, same seed, same numbers."""
     matched = ["encoder.normalize=pca_whiten", "encoder.pca_dim=64", "trainer.max_epochs=2",

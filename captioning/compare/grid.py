@@ -1,7 +1,8 @@
 """Cells of the comparison grid, and running them: each cell is one train() run whose output
 directory is named by its config hash, so a finished cell is never trained again, an
 interrupted grid resumes where it stopped, and a cell killed mid-training resumes from its own
-last checkpoint (train's resume). Cells named by an older hash rule are adopted, not retrained."""
+last checkpoint (train's resume). Cells named by an older hash rule are adopted, not retrained;
+a cell another experiment under the same results root finished is used from there."""
 
 from __future__ import annotations
 
@@ -79,12 +80,14 @@ def cell_config(out: Path) -> dict | None:
 
 
 class GridRunner:
-    """compose(overrides) -> config; cells run into root/cells/<config hash>/."""
+    """compose(overrides) -> config; cells run into root/cells/<config hash>/, or are found
+    finished in shared/<x>/cells/<config hash>/."""
 
     def __init__(self, compose: Callable[[list[str]], DictConfig], overrides: list[str],
                  root: Path, dims: dict[str, list[str]],
-                 decoders: dict[str, list[str]] | None = None) -> None:
+                 decoders: dict[str, list[str]] | None = None, shared: list[Path] = ()) -> None:
         self.compose, self.overrides, self.root, self.dims = compose, list(overrides), root, dims
+        self.shared = [Path(p) for p in shared]  # other experiments' roots: see _shared
         self.decoders = decoders or {}
         self._legacy: dict[Path, dict] | None = None
 
@@ -96,10 +99,21 @@ class GridRunner:
         plain.pop("hydra", None)
         out = output_dir or self.root / "cells" / config_hash(plain)
         if output_dir is None and not out.exists():
-            self._adopt_legacy(plain, out)
+            out = self._shared(out) or self._adopt_legacy(plain, out) or out
         with open_dict(cfg):
             cfg.paths.output_dir = str(out)
         return cfg, out
+
+    def _shared(self, out: Path) -> Path | None:
+        """The same run finished by another experiment under the same results root (e.g. the
+        attention zoo's classic modes are the comparison's default-width cells): the hash names
+        the whole config but not the experiment, so it is the same run and is used where it is,
+        not trained again. Only finished cells: one still training belongs to its grid."""
+        for other in self.shared:
+            if (other / "cells" / out.name / "results.json").is_file():
+                log.debug("grid: %s finished in %s: used from there", out.name, other)
+                return other / "cells" / out.name
+        return None
 
     def _legacy_cells(self) -> dict[Path, dict]:
         """Finished cells -> their hashed config, flat: the candidates for a cell whose
@@ -107,24 +121,28 @@ class GridRunner:
         rule changed since they ran. Read once per runner."""
         if self._legacy is None:
             self._legacy = {}
-            for cell in sorted((self.root / "cells").glob("*/results.json")):
+            for cell in (c for root in (self.root, *self.shared)
+                         for c in sorted((root / "cells").glob("*/results.json"))):
                 view = cell_config(cell.parent)
                 if view is not None:
                     self._legacy[cell.parent] = flatten(view)
         return self._legacy
 
-    def _adopt_legacy(self, plain: dict, out: Path) -> None:
-        """Rename a legacy cell to `out` when it is this config's run: every key it has equals
-        this config's (keys added to the config since it ran are taken to keep their old
-        behaviour, as every new key must by default)."""
+    def _adopt_legacy(self, plain: dict, out: Path) -> Path | None:
+        """Rename a legacy cell (here or in a shared root, where it stays) to today's hash when
+        it is this config's run: every key it has equals this config's (keys added to the
+        config since it ran are taken to keep their old behaviour, as every new key must by
+        default). -> its new directory, or None."""
         want = flatten(hashed_view(plain))
         for cell, old in list(self._legacy_cells().items()):
             if all(k in want and want[k] == v for k, v in old.items()):
-                cell.rename(out)
+                new = cell.parent / out.name
+                cell.rename(new)
                 del self._legacy[cell]
                 log.info("grid: adopted %s as %s (named under an older config: keys added since, "
-                         "or an older hash rule)", cell.name, out.name)
-                return
+                         "or an older hash rule)", cell, new.name)
+                return new
+        return None
 
     def resolve(self, cell: Cell) -> Cell:
         """A `mixed` cell is by construction the cell of the mode it picks: that one is run."""

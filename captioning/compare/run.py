@@ -41,7 +41,9 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
         raise SystemExit("no compare settings: add experiment=cross_modal (or cross_modal_quick)")
     spec = OmegaConf.to_container(cfg.compare, resolve=True)
     root = Path(spec.get("root", "results")) / spec["name"]
-    runner = GridRunner(compose, overrides, root, spec["dim_settings"], spec.get("decoder_settings"))
+    # Every experiment under the same results root shares its finished cells (same hash = same run)
+    shared = sorted(p for p in root.parent.glob("*") if (p / "cells").is_dir() and p != root)
+    runner = GridRunner(compose, overrides, root, spec["dim_settings"], spec.get("decoder_settings"), shared)
     cells = expand_grid(spec)
     start = time.time()
     if spec.get("train", True):
