@@ -325,6 +325,65 @@ def test_report_only_on_no_cells_says_so_and_writes_nothing(tmp_path, caplog):
     assert not any((tmp_path / "g").glob("*/report.md"))
 
 
+class FakeExperiments(FakeRuns):
+    """FakeRuns whose compose knows experiment presets (each with its compare block and encoder
+    weights) and whose runs write predictions, so whole reports can be built."""
+
+    def __init__(self, root: Path, weights: Path):
+        super().__init__()
+        self.root, self.weights = root, weights
+
+    def compose(self, overrides):
+        cfg = super().compose(overrides)
+        name = dict(o.split("=", 1) for o in overrides).get("experiment", "main")
+        trained = name == "trained"
+        cfg.encoder.weights_path = str(self.weights) if trained else None
+        cfg.compare = {**SPEC, "name": name, "root": str(self.root), "train": False,
+                       "benchmark": False, "dim_settings": DIMS, "seeds": [0],
+                       "sections": [] if trained else ["trained"]}
+        cfg.data.synthetic = {"seed": 0}
+        return cfg
+
+    def train(self, cfg):
+        super().train(cfg)
+        preds = [{"image_id": "i1", "caption": "a red circle"}]
+        (Path(cfg.paths.output_dir) / "predictions.json").write_text(json.dumps(preds))
+
+
+def test_report_sections_hold_another_experiments_cells(tmp_path, monkeypatch, caplog):
+    """compare.sections: the trained-encoder condition is a second table of the comparison's
+    report, found by its own preset's config (never trained from there); a fresh clone without
+    the weights file still finds those cells (matched on everything else, with a warning)."""
+    from types import SimpleNamespace
+
+    import captioning.compare.run as run_mod
+
+    weights = tmp_path / "encoder.pth"
+    weights.write_bytes(b"trained")
+    fake = FakeExperiments(tmp_path, weights)
+    monkeypatch.setattr(grid_mod, "train", fake.train)
+    record = SimpleNamespace(image_id="i1", split="test", captions=[["a", "red", "circle"]])
+    monkeypatch.setattr(run_mod, "load_dataset_records", lambda data: ([record], None, None))
+    for name in ("main", "trained"):
+        spec = fake.compose([f"experiment={name}"]).compare
+        compose = lambda extra, n=name: fake.compose([f"experiment={n}", *extra])  # noqa: E731
+        GridRunner(compose, [], tmp_path / name, DIMS).run(expand_grid(spec))
+    trained_runs = len(fake.trained) // 2
+    cfg = fake.compose(["experiment=main"])
+    out = run_mod.run_comparison(cfg, ["experiment=main"], fake.compose)
+    report = (out / "report.md").read_text()
+    assert "## trained" in report and "encoder.pth" in report and f"{trained_runs} finished runs" in report
+    assert report.count("| lstm | matched | additive |") == 2  # one row per table
+    assert (out / "trained_bleu4.png").is_file() and (out / "bleu4.png").is_file()
+    assert json.loads((out / "report.json").read_text())["sections"]["trained"]["rows"]
+    weights.unlink()  # a fresh clone: the weights file is git-ignored
+    with caplog.at_level("WARNING"):
+        again = run_mod.run_comparison(cfg, ["experiment=main"], fake.compose)
+    assert f"{weights} absent here" in caplog.text
+    assert (again / "report.md").read_text().count("| lstm | matched | additive |") == 2
+    assert len(fake.trained) == 2 * trained_runs  # nothing trained by either report
+
+
 def test_reruns_only_of_cells_from_this_cpu_kind(tmp_path, monkeypatch):
     fake = FakeRuns()
     monkeypatch.setattr(grid_mod, "train", fake.train)

@@ -90,6 +90,7 @@ class GridRunner:
         self.shared = [Path(p) for p in shared]  # other experiments' roots: see _shared
         self.decoders = decoders or {}
         self._legacy: dict[Path, dict] | None = None
+        self._warned: set[Path] = set()
 
     def config(self, cell: Cell, output_dir: Path | None = None) -> tuple[DictConfig, Path]:
         cfg = self.compose(self.overrides + cell.overrides(self.dims, self.decoders))
@@ -134,14 +135,25 @@ class GridRunner:
         config since it ran are taken to keep their old behaviour, as every new key must by
         default). -> its new directory, or None."""
         want = flatten(hashed_view(plain))
+        # A content-hashed file absent here (a fresh clone has no trained-encoder weights file)
+        # cannot be compared: such a cell is matched on the rest and used, never renamed.
+        absent = {k for k, v in want.items() if isinstance(v, str) and v.startswith("absent:")}
         for cell, old in list(self._legacy_cells().items()):
-            if all(k in want and want[k] == v for k, v in old.items()):
-                new = cell.parent / out.name
-                cell.rename(new)
-                del self._legacy[cell]
-                log.info("grid: adopted %s as %s (named under an older config: keys added since, "
-                         "or an older hash rule)", cell, new.name)
-                return new
+            if not all(k in want and (want[k] == v or k in absent) for k, v in old.items()):
+                continue
+            if any(want[k] != old[k] for k in absent if k in old):
+                if cell not in self._warned:
+                    self._warned.add(cell)
+                    log.warning("grid: %s absent here; %s matched on the rest of its config (it "
+                                "ran with %s)", ", ".join(want[k][7:] for k in absent), cell,
+                                ", ".join(str(old[k]) for k in absent if k in old))
+                return cell
+            new = cell.parent / out.name
+            cell.rename(new)
+            del self._legacy[cell]
+            log.info("grid: adopted %s as %s (named under an older config: keys added since, "
+                     "or an older hash rule)", cell, new.name)
+            return new
         return None
 
     def resolve(self, cell: Cell) -> Cell:

@@ -208,7 +208,7 @@ def build_markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def save_plots(report: dict, out: Path) -> list[Path]:
+def save_plots(report: dict, out: Path, prefix: str = "") -> list[Path]:
     """bleu4.png, attr_acc.png, grounding.png: bars per attention x dims, one panel per
     decoder; error bars = 95% CI over the counted seeds (t), cut at the metric's bounds (said on
     the figure); a group with undertrained seeds is hatched and labelled with its count, one with
@@ -266,7 +266,7 @@ def save_plots(report: dict, out: Path) -> list[Path]:
             note += "; intervals cut at the metric's bounds"
         fig.text(0.01, 0.01, "\n".join(textwrap.wrap(note, 60 + 70 * (len(decoders) - 1))), fontsize=7)
         fig.tight_layout(rect=(0, 0.09, 1, 1))
-        path = out / f"{key.split('_')[0] if key != 'attr_acc' else key}.png"
+        path = out / f"{prefix}{key.split('_')[0] if key != 'attr_acc' else key}.png"
         fig.savefig(path, dpi=90)
         plt.close(fig)
         paths.append(path)

@@ -65,14 +65,49 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
     out = root / time.strftime("%Y-%m-%d_%H-%M-%S")
     out.mkdir(parents=True, exist_ok=True)
     markdown = build_markdown(report)
+    plots = save_plots(report, out)
+    report["sections"] = {}
+    for name in spec.get("sections") or []:
+        section = _section(name, overrides, compose, spec.get("bootstrap_samples", 1000))
+        if section is None:
+            markdown += (f"\n## {name}\n\nNo finished cells yet "
+                         f"(`python scripts/compare.py experiment={name}`).\n")
+            continue
+        report["sections"][name] = section
+        markdown += f"\n## {name}\n\n{section['about']}\n\n{build_markdown(section)}"
+        plots += save_plots(section, out, prefix=f"{name}_")
     (out / "report.md").write_text(f"# {spec['name']}\n\n{markdown}")
     (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
-    plots = save_plots(report, out)
     print(markdown)
     log.info("report: %s (grid %.0f s)", out / "report.md", train_s)
     if "wandb" in (cfg.get("logger") or {}):
         _wandb_summary(cfg, spec, report, markdown, plots, out)
     return out
+
+
+def _section(name: str, overrides: list[str], compose: Callable[[list[str]], DictConfig],
+             samples: int) -> dict | None:
+    """Another experiment's finished cells as a further table of this report
+    (compare.sections: e.g. the comparison's trained-encoder condition): its own preset, the
+    same command-line overrides otherwise; report only, never trained from here."""
+    mine = [o for o in overrides if o.split("=", 1)[0].lstrip("+") != "experiment"]
+    cfg = compose(mine + [f"experiment={name}"])
+    spec = OmegaConf.to_container(cfg.compare, resolve=True)
+    root = Path(spec.get("root", "results")) / spec["name"]
+    shared = sorted(p for p in root.parent.glob("*") if (p / "cells").is_dir() and p != root)
+    runner = GridRunner(lambda extra: compose(mine + [f"experiment={name}", *extra]), [], root,
+                        spec["dim_settings"], spec.get("decoder_settings"), shared)
+    dirs = {c: d for c in expand_grid(spec)
+            if ((d := runner.config(runner.resolve(c))[1]) / "results.json").exists()}
+    if not dirs:
+        return None
+    records, _, _ = load_dataset_records(OmegaConf.to_container(cfg.data, resolve=True))
+    refs = {r.image_id: r.captions for r in records if r.split == "test"}
+    section = build_report(dirs, refs, spec, {}, [], samples)
+    section["about"] = (f"`experiment={name}`: encoder {cfg.encoder.name}, weights "
+                        f"`{cfg.encoder.get('weights_path') or 'random init'}`; "
+                        f"{len(set(dirs.values()))} finished runs.")
+    return section
 
 
 def _wandb_summary(cfg, spec, report, markdown, plots, out: Path) -> None:
