@@ -152,8 +152,8 @@ def build_markdown(report: dict) -> str:
              f"only if it beats its blind run (same decoder, dims, seed) by "
              f">= {report['undertrained_margin']:.2f} BLEU-4.", ""]
     lines += ["| decoder | dims | attention | BLEU-4 | 95% CI seeds | 95% CI images | attr acc | "
-              "grounding (x uniform) | entropy | attention params | train captions/s | counted |",
-              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "grounding (x uniform) | entropy | attention params | trainable params | train captions/s | "
+              "counted |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in report["rows"]:
         b = r["bleu4"]
         name = r["attention"] + (f" (= {r['same_as']})" if r["same_as"] else "")
@@ -165,6 +165,7 @@ def build_markdown(report: dict) -> str:
         if r.get("dirty"):
             note += f"; dirty tree: seeds {r['dirty']}"
         params = "" if r["attention_params"] is None else f"{r['attention_params']:,}"
+        params += " | " + ("" if r.get("params") is None else f"{r['params']:,}")
         if not r["counted"]:  # undertrained only: raw numbers in (), never used in comparisons
             raw = {k: t_interval([v for u in r["undertrained_runs"] if not math.isnan(v := u[k])])
                    for k in UNDERTRAINED_KEYS}
