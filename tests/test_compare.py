@@ -138,7 +138,8 @@ def _write_run(out: Path, bleu4: float, caption: str, attr: float, attention: st
         "test/bleu4": bleu4, "test/attr_acc": attr, "test/attn_entropy": 1.0,
         "attention_resolved": attention, "attention_params": 10, "params": 100,
         "git_commit": "abc", "machine": "Xeon (amx)", "accelerator": None,
-        "feature_precision": "bfloat16",
+        "feature_precision": "bfloat16", "wall_time_s": 3600.0,
+        **({} if attention == "blind" else {"cpu_s": 7200.0}),  # blinds: from before cpu_s
     }))
     (out / "predictions.json").write_text(json.dumps([{"image_id": 1, "caption": caption},
                                                       {"image_id": 2, "caption": caption}]))
@@ -176,6 +177,8 @@ def test_report_pairs_seeds_flags_undertrained_and_renders(tmp_path):
     assert report["machines"] == ["Xeon (amx)"] and report["feature_precisions"] == ["bfloat16"]
     assert md.startswith("Machine(s): Xeon (amx). Feature extraction precision: bfloat16.")
     assert "Commit(s): abc." in md and "combined" not in md  # one commit: nothing to explain
+    assert ("Compute: 8 distinct runs; 12.00 CPU core-hours over 6 runs; 2.00 wall-clock hours "
+            "over the other 2") in md
 
 
 def test_report_names_every_commit_and_flags_dirty_cells(tmp_path):

@@ -16,6 +16,7 @@ RESULT_KEYS = {
     "wall_time_s", "seed", "config_hash", "git_commit", "params", "decode/beam_size", "decode/alpha",
     "test/grounding", "test/grounding_uniform", "test/grounding_ratio", "first_step_s",
     "median_step_s", "media_s", "machine", "accelerator", "feature_precision", "train_captions_per_s",
+    "cpu_s",
 }
 
 
@@ -39,6 +40,8 @@ def test_results_json_and_predictions(trained):
     # agrees with the median step (4 images x 5 captions per step here)
     assert saved["train_captions_per_s"] > 1
     assert 0.2 < saved["train_captions_per_s"] * saved["median_step_s"] / 20 < 5
+    # compute cost in CPU seconds: positive, and at most every thread busy all the time
+    assert 0 < saved["cpu_s"] <= saved["wall_time_s"] * torch.get_num_threads() * 1.5 + 5
     assert all(0.0 <= saved[f"test/bleu{n}"] <= 1.0 for n in range(1, 5))
     assert saved["test/bleu1"] > 0.2, "three epochs learn at least the frequent words"
     preds = json.loads((out / "predictions.json").read_text())

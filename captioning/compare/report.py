@@ -128,11 +128,19 @@ def build_report(
                                                r[0].get("accelerator") or r[0].get("gpu")) if x)
                        for r in runs.values()})
     precisions = sorted({r[0].get("feature_precision") or "unknown (not recorded)" for r in runs.values()})
+    # What the grid cost: CPU seconds where recorded (cpu_s, not inflated by pauses or other
+    # jobs); older cells only have wall time, an upper bound when the grid was paused.
+    distinct = {dirs[c]: runs[c][0] for c in runs}.values()
+    compute = {"runs": len(distinct),
+               "cpu_h": sum(r["cpu_s"] for r in distinct if "cpu_s" in r) / 3600,
+               "cpu_runs": sum("cpu_s" in r for r in distinct),
+               "wall_h_without_cpu": sum(r.get("wall_time_s", 0)
+                                         for r in distinct if "cpu_s" not in r) / 3600}
     for row in rows:
         cells = groups[(row["decoder"], row["dims"], row["attention"])]
         row["dirty"] = sorted(c.seed for c in cells if "+dirty" in (runs[c][0].get("git_commit") or ""))
     return {"rows": rows, "diffs": diffs, "throughput": throughput or {}, "reruns": reruns or [],
-            "commits": commits, "machines": machines, "feature_precisions": precisions,
+            "commits": commits, "machines": machines, "compute": compute, "feature_precisions": precisions,
             "spec": spec, "bootstrap_samples": samples, "undertrained_margin": threshold}
 
 
@@ -146,6 +154,16 @@ def build_markdown(report: dict) -> str:
     where = ([f"Machine(s): {'; '.join(report['machines'])}. Feature extraction precision: "
               f"{', '.join(report['feature_precisions'])}. Results reproduce per CPU kind and "
               "precision, not across them.", ""] if report.get("machines") else [])
+    cost = report.get("compute")
+    if cost:
+        parts = []
+        if cost["cpu_runs"]:
+            parts.append(f"{cost['cpu_h']:.2f} CPU core-hours over {cost['cpu_runs']} runs")
+        if cost["cpu_runs"] < cost["runs"]:
+            parts.append(f"{cost['wall_h_without_cpu']:.2f} wall-clock hours over the other "
+                         f"{cost['runs'] - cost['cpu_runs']} (recorded before CPU time was; an "
+                         "upper bound: pauses included)")
+        where += [f"Compute: {cost['runs']} distinct runs; " + "; ".join(parts) + ".", ""]
     lines = where + [f"Commit(s): {', '.join(commits)}.{combined} Test split; BLEU-4 = nltk corpus BLEU "
              f"(0-1). mean ± std over seeds; 95% CI over seeds (t) and by bootstrap over test "
              f"images ({report['bootstrap_samples']} resamples, mean over seeds). A run counts "
