@@ -164,6 +164,10 @@ class GridRunner:
         choice = resolved_attention(OmegaConf.to_container(cfg, resolve=True))
         return Cell(cell.decoder, cell.dims, choice, cell.seed)
 
+    def finished(self, cells: list[Cell]) -> dict[Cell, Path]:
+        """Report only: {cell: its directory} for the cells that finished (here or shared)."""
+        return {c: d for c in cells if ((d := self.config(self.resolve(c))[1]) / "results.json").exists()}
+
     def run(self, cells: list[Cell], executor=None) -> dict[Cell, Path]:
         """Train every cell that has no results.json yet, here or as jobs of a submitit
         `executor` (compare/executor.py); -> {cell: its directory}."""

@@ -160,9 +160,9 @@ def build_markdown(report: dict) -> str:
         if cost["cpu_runs"]:
             parts.append(f"{cost['cpu_h']:.2f} CPU core-hours over {cost['cpu_runs']} runs")
         if cost["cpu_runs"] < cost["runs"]:
-            parts.append(f"{cost['wall_h_without_cpu']:.2f} wall-clock hours over the other "
-                         f"{cost['runs'] - cost['cpu_runs']} (recorded before CPU time was; an "
-                         "upper bound: pauses included)")
+            parts.append(f"{cost['wall_h_without_cpu']:.2f} wall-clock hours over "
+                         f"{'the other ' if cost['cpu_runs'] else ''}{cost['runs'] - cost['cpu_runs']} "
+                         "(recorded before CPU time was; an upper bound: pauses included)")
         where += [f"Compute: {cost['runs']} distinct runs; " + "; ".join(parts) + ".", ""]
     lines = where + [f"Commit(s): {', '.join(commits)}.{combined} Test split; BLEU-4 = nltk corpus BLEU "
              f"(0-1). mean ± std over seeds; 95% CI over seeds (t) and by bootstrap over test "

@@ -40,25 +40,22 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
     if "compare" not in cfg:
         raise SystemExit("no compare settings: add experiment=cross_modal (or cross_modal_quick)")
     spec = OmegaConf.to_container(cfg.compare, resolve=True)
-    root = Path(spec.get("root", "results")) / spec["name"]
-    # Every experiment under the same results root shares its finished cells (same hash = same run)
-    shared = sorted(p for p in root.parent.glob("*") if (p / "cells").is_dir() and p != root)
-    runner = GridRunner(compose, overrides, root, spec["dim_settings"], spec.get("decoder_settings"), shared)
+    runner = _runner(spec, compose, overrides)
+    root = runner.root
     cells = expand_grid(spec)
     start = time.time()
     if spec.get("train", True):
         executor = make_executor(spec.get("executor", "local"), root / ".submitit", spec.get("slurm"))
         dirs = runner.run(cells, executor)
     else:  # report only: the cells that exist
-        dirs = {c: d for c in cells if ((d := runner.config(runner.resolve(c))[1]) / "results.json").exists()}
+        dirs = runner.finished(cells)
     train_s = time.time() - start
     if not dirs:  # report-only before any cell finished: nothing to report, nothing written
         log.warning("no finished cells under %s: nothing to report (train them with "
                     "compare.train=true, or copy a grid's cells/ there)", root / "cells")
         return None
     reruns = runner.verify(dirs, spec.get("verify", 0), spec.get("train", True))
-    records, _, _ = load_dataset_records(OmegaConf.to_container(cfg.data, resolve=True))
-    refs = {r.image_id: r.captions for r in records if r.split == "test"}
+    refs = _test_references(cfg)
     tp = throughput(spec) if spec.get("benchmark", True) else {}
     report = build_report(dirs, refs, spec, tp, reruns, spec.get("bootstrap_samples", 1000))
     report["grid_wall_s"] = train_s
@@ -93,21 +90,28 @@ def _section(name: str, overrides: list[str], compose: Callable[[list[str]], Dic
     mine = [o for o in overrides if o.split("=", 1)[0].lstrip("+") != "experiment"]
     cfg = compose(mine + [f"experiment={name}"])
     spec = OmegaConf.to_container(cfg.compare, resolve=True)
-    root = Path(spec.get("root", "results")) / spec["name"]
-    shared = sorted(p for p in root.parent.glob("*") if (p / "cells").is_dir() and p != root)
-    runner = GridRunner(lambda extra: compose(mine + [f"experiment={name}", *extra]), [], root,
-                        spec["dim_settings"], spec.get("decoder_settings"), shared)
-    dirs = {c: d for c in expand_grid(spec)
-            if ((d := runner.config(runner.resolve(c))[1]) / "results.json").exists()}
+    dirs = _runner(spec, compose, mine + [f"experiment={name}"]).finished(expand_grid(spec))
     if not dirs:
         return None
-    records, _, _ = load_dataset_records(OmegaConf.to_container(cfg.data, resolve=True))
-    refs = {r.image_id: r.captions for r in records if r.split == "test"}
-    section = build_report(dirs, refs, spec, {}, [], samples)
+    section = build_report(dirs, _test_references(cfg), spec, {}, [], samples)
     section["about"] = (f"`experiment={name}`: encoder {cfg.encoder.name}, weights "
                         f"`{cfg.encoder.get('weights_path') or 'random init'}`; "
                         f"{len(set(dirs.values()))} finished runs.")
     return section
+
+
+def _runner(spec: dict, compose: Callable[[list[str]], DictConfig], overrides: list[str]) -> GridRunner:
+    """The grid of one experiment: its cells under <compare.root>/<name>/cells; every other
+    experiment under the same root shares its finished cells (same hash = same run)."""
+    root = Path(spec.get("root", "results")) / spec["name"]
+    shared = sorted(p for p in root.parent.glob("*") if (p / "cells").is_dir() and p != root)
+    return GridRunner(compose, overrides, root, spec["dim_settings"], spec.get("decoder_settings"), shared)
+
+
+def _test_references(cfg: DictConfig) -> dict:
+    """{image_id: [reference token lists]} of the test split: what the report scores against."""
+    records, _, _ = load_dataset_records(OmegaConf.to_container(cfg.data, resolve=True))
+    return {r.image_id: r.captions for r in records if r.split == "test"}
 
 
 def _wandb_summary(cfg, spec, report, markdown, plots, out: Path) -> None:
