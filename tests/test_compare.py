@@ -181,6 +181,16 @@ def test_report_pairs_seeds_flags_undertrained_and_renders(tmp_path):
             "over the other 2") in md
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda:0"])
+def test_report_says_when_the_gpu_ratio_is_not_measured(tmp_path, device):
+    dirs = {Cell("lstm", "matched", "additive", 0): _write_run(tmp_path / "a", 0.5, "a red circle", 0.5,
+                                                               "additive")}
+    tp = {"shapes": "batch 64", "device": device, "train_lstm_dot_over_additive_fp32": 1.10}
+    md = build_markdown(build_report(dirs, {1: [["a"]], 2: [["a"]]}, SPEC, tp, samples=10))
+    assert "- train_lstm_dot_over_additive_fp32: 1.10x" in md and "- device" not in md
+    assert ("GPU dot/additive ratio is not measured yet" in md) == (device == "cpu")
+
+
 def test_report_names_every_commit_and_flags_dirty_cells(tmp_path):
     ref = ["a", "red", "circle"]
     dirs = {Cell("lstm", "matched", "additive", s): _write_run(tmp_path / f"a{s}", 0.5, "a red circle",

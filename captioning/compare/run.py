@@ -27,7 +27,8 @@ def throughput(spec: dict) -> dict:
     res = run_benchmark(settings)
     c = res["config"]
     out = {"shapes": f"batch {c['batch']}, {c['grid']}x{c['grid']}x{c['feature_dim']} features, "
-                     f"width {c['d_model']}, vocabulary {c['vocab']}, {res['threads']} threads"}
+                     f"width {c['d_model']}, vocabulary {c['vocab']}, {res['threads']} threads",
+           "device": res["device"]}
     out.update({k: v for k, v in res["ratios"].items() if "dot_over_additive" in k})
     return out
 
