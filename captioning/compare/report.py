@@ -250,7 +250,8 @@ def save_plots(report: dict, out: Path, prefix: str = "") -> list[Path]:
     for key, title, unit in (("bleu4", "test BLEU-4", "BLEU-4 (0-1)"),
                              ("attr_acc", "attribute accuracy", "share of images (0-1)"),
                              ("grounding_ratio", "attention in box / uniform", "x uniform")):
-        fig, axes = plt.subplots(1, len(decoders), figsize=(6 * len(decoders), 4.0), squeeze=False)
+        panel_w = max(6.0, 0.45 * len(modes) + 2.0)  # fifteen modes need room for their names
+        fig, axes = plt.subplots(1, len(decoders), figsize=(panel_w * len(decoders), 4.4), squeeze=False)
         lo_bound, hi_bound = bounds[key]
         clipped = False
         for ax, dec in zip(axes[0], decoders):
@@ -277,7 +278,8 @@ def save_plots(report: dict, out: Path, prefix: str = "") -> list[Path]:
                     if under:
                         ax.annotate(f"{under} under-\ntrained", (x[k], mean), ha="center",
                                     va="bottom", fontsize=6)
-            ax.set_xticks(np.arange(len(modes)) + width * (len(dims) - 1) / 2, modes, rotation=20)
+            ax.set_xticks(np.arange(len(modes)) + width * (len(dims) - 1) / 2, modes, rotation=35,
+                          ha="right", rotation_mode="anchor")
             ax.set_ylabel(unit)
             ax.set_xlabel("attention mode")
             ax.set_title(f"{dec}: {title}")
