@@ -144,8 +144,9 @@ class GridRunner:
             if any(want[k] != old[k] for k in absent if k in old):
                 if cell not in self._warned:
                     self._warned.add(cell)
+                    missing = ", ".join(want[k].removeprefix("absent:") for k in absent)
                     log.warning("grid: %s absent here; %s matched on the rest of its config (it "
-                                "ran with %s)", ", ".join(want[k][7:] for k in absent), cell,
+                                "ran with %s)", missing, cell,
                                 ", ".join(str(old[k]) for k in absent if k in old))
                 return cell
             new = cell.parent / out.name
