@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from .checkpoint import load_checkpoint
+from .cpu import flush_denormals
 from .data.vocab import Vocabulary
 from .models.captioner import Captioner
 
@@ -60,6 +61,7 @@ class Predictor:
     @classmethod
     def load(cls, checkpoint: str | Path, decode: dict | None = None) -> Predictor:
         """`decode` entries that are not None override the checkpoint's own settings."""
+        flush_denormals()  # decoding a trained model is full of them too
         model, vocab, cfg = load_checkpoint(checkpoint)
         return cls(model, vocab, cfg, decode_settings(cfg["decode"], decode))
 

@@ -20,6 +20,7 @@ from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_only
 
+from ..cpu import flush_denormals
 from ..data.features import extraction_dtype, resolve_device
 from ..models.attention import cross_attention_modules
 from ..models.captioner import resolved_attention
@@ -50,6 +51,7 @@ def _cpu_seconds() -> float:
 def train(cfg: DictConfig) -> dict:
     """Check the config, prepare data, fit (or resume), test the best checkpoint; write
     results.json and predictions.json."""
+    flush_denormals()  # before the first parallel op: torch's threads copy it when created
     start, cpu_start = time.time(), _cpu_seconds()
     commit = git_commit()  # the code as it was loaded: the tree may change while this runs
     quiet_lightning()
