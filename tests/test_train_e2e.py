@@ -2,6 +2,10 @@
 
 import json
 import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -71,6 +75,14 @@ def test_checkpoint_is_plain_data_and_round_trips(trained, data_dir):
     captions = [" ".join(vocab.decode(t)) for t in ids]
     preds = json.loads((out / "predictions.json").read_text())
     assert captions == [p["caption"] for p in preds]
+
+
+def test_measure_denormals_script_runs_both_settings(trained):
+    _, _, out = trained
+    script = Path(__file__).resolve().parents[1] / "scripts" / "measure_denormals.py"
+    done = subprocess.run([sys.executable, str(script), str(out / "checkpoints" / "last.ckpt"),
+                           "--steps", "1", "--repeats", "1"], capture_output=True, text=True, check=True)
+    assert re.search(r"denormals kept [0-9.]+ s, flushed [0-9.]+ s: [0-9.]+x", done.stdout)
 
 
 def test_same_seed_same_metrics(tmp_path):
