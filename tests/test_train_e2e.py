@@ -21,7 +21,7 @@ RESULT_KEYS = {
     "wall_time_s", "seed", "config_hash", "git_commit", "params", "decode/beam_size", "decode/alpha",
     "test/grounding", "test/grounding_uniform", "test/grounding_ratio", "first_step_s",
     "median_step_s", "media_s", "machine", "accelerator", "feature_precision", "train_captions_per_s",
-    "cpu_s",
+    "cpu_s", "threads",
 }
 
 
@@ -41,6 +41,7 @@ def test_results_json_and_predictions(trained):
     assert saved == results
     assert saved["machine"].endswith(")") and saved["accelerator"] is None  # "<cpu> (<kind>)"; CPU run
     assert saved["feature_precision"] in ("float32", "bfloat16")
+    assert saved["threads"] == torch.get_num_threads()
     # captions per second of optimisation steps: tiny steps, a few captions each, so > 1 and it
     # agrees with the median step (4 images x 5 captions per step here)
     assert saved["train_captions_per_s"] > 1

@@ -125,7 +125,8 @@ def build_report(
     commits = sorted({r[0].get("git_commit") or "unknown" for r in runs.values()})
     # Where the cells ran: results reproduce per CPU kind and extraction precision, not across.
     machines = sorted({" / ".join(x for x in (r[0].get("machine") or "unknown (not recorded)",
-                                               r[0].get("accelerator") or r[0].get("gpu")) if x)
+                                               r[0].get("accelerator") or r[0].get("gpu"),
+                                               r[0].get("threads") and f"{r[0]['threads']} threads") if x)
                        for r in runs.values()})
     precisions = sorted({r[0].get("feature_precision") or "unknown (not recorded)" for r in runs.values()})
     # What the grid cost: CPU seconds where recorded (cpu_s, not inflated by pauses or other

@@ -148,6 +148,9 @@ def train(cfg: DictConfig) -> dict:
         git_commit=commit,
         # Where it ran: results reproduce per CPU kind (bf16 on AMX), not across kinds.
         machine=cpu_kind(),
+        # On a CPU the thread count splits float sums differently: the last digits reproduce
+        # per CPU kind *and* thread count.
+        threads=torch.get_num_threads(),
         accelerator=_device_name(trainer.strategy.root_device),
         # The precision the cached features were extracted in (the store is keyed by it).
         feature_precision=str(extraction_dtype(resolve_device(plain["encoder"].get("device", "auto"))))
