@@ -9,11 +9,11 @@ def flush_denormals() -> bool:
     """Treat denormal floats (|x| < 1.2e-38 in fp32) as zero on the CPU (x86 FTZ/DAZ).
 
     A sharp softmax makes them: an attention that collapses onto one cell, or a confident
-    vocabulary, leaves most probabilities between 1e-45 and 1e-38, and x86 cores compute on such
-    numbers in microcode, ~100x slower. Measured on a Transformer decoder at epoch 4 of
-    `decoder=transformer attention=aoa`: a training step 3.3-4.2x slower without this, and
-    epochs slowing 3x as the model sharpens (docs/benchmarks.md). Numbers that small are below
-    any gradient that moves a weight. Threads copy the setting when they are created, so call
-    this before the first parallel op (every entry point does; calling it again is harmless).
+    vocabulary, leaves many probabilities below 1e-38, and x86 cores compute on such numbers
+    through slow microcode assists. Measured on a Transformer decoder at epoch 4 of
+    `decoder=transformer attention=aoa`: a training step 4.08x slower without this, and epochs
+    slowing ~3x as the model sharpened (docs/benchmarks.md); results change in the last digits
+    only. Threads copy the setting when they are created, so call this before the first
+    parallel op (every entry point does; calling it again is harmless).
     GPUs are unaffected. -> whether this CPU supports it."""
     return torch.set_flush_denormal(True)
