@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 
 def step_time(checkpoint: str, features: str | None, flush: bool, steps: int) -> float:
@@ -65,14 +67,19 @@ def main(argv: list[str] | None = None) -> dict:
     if args.child:
         print(json.dumps(step_time(args.checkpoint, args.features, args.child == "on", args.steps)))
         return {}
+    for path in (args.checkpoint, args.features):  # before any process starts
+        if path and not Path(path).is_file():
+            raise SystemExit(f"no such file: {path}")
     out = {"off": [], "on": []}
     for _ in range(args.repeats):
         for mode in ("off", "on"):
             cmd = [sys.executable, __file__, args.checkpoint, "--steps", str(args.steps), "--child", mode]
             cmd += ["--features", args.features] if args.features else []
-            done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode:  # e.g. a checkpoint without optimizer state: say why, not just "failed"
+                raise SystemExit(f"the flush-{mode} process failed:\n{done.stderr[-2000:]}")
             out[mode].append(json.loads(done.stdout.strip().splitlines()[-1]))
-    off, on = sorted(out["off"])[len(out["off"]) // 2], sorted(out["on"])[len(out["on"]) // 2]
+    off, on = statistics.median_high(out["off"]), statistics.median_high(out["on"])
     print(f"median training step: denormals kept {off:.3f} s, flushed {on:.3f} s: {off / on:.2f}x "
           f"(each process: {out})")
     return {**out, "ratio": off / on}

@@ -84,6 +84,9 @@ def test_measure_denormals_script_runs_both_settings(trained):
     done = subprocess.run([sys.executable, str(script), str(out / "checkpoints" / "last.ckpt"),
                            "--steps", "1", "--repeats", "1"], capture_output=True, text=True, check=True)
     assert re.search(r"denormals kept [0-9.]+ s, flushed [0-9.]+ s: [0-9.]+x", done.stdout)
+    missing = subprocess.run([sys.executable, str(script), str(out / "nope.ckpt")],
+                             capture_output=True, text=True)
+    assert missing.returncode != 0 and "no such file" in missing.stderr and "nope.ckpt" in missing.stderr
 
 
 def test_same_seed_same_metrics(tmp_path):
