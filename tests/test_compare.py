@@ -181,6 +181,29 @@ def test_report_pairs_seeds_flags_undertrained_and_renders(tmp_path):
             "over the other 2") in md
 
 
+def test_a_pair_with_no_seed_counted_by_both_is_said_not_dropped(tmp_path):
+    """dot collapsed at every seed (within the margin of blind): no difference can be formed,
+    and the report says so with the uncounted runs' numbers instead of omitting the row."""
+    ref = ["a", "red", "circle"]
+    values = {("additive", 0): 0.60, ("dot", 0): 0.25, ("blind", 0): 0.20,
+              ("additive", 1): 0.55, ("dot", 1): 0.28, ("blind", 1): 0.21}
+    dirs = {Cell("lstm", "mismatched", m, s): _write_run(tmp_path / f"{m}{s}", b4, "a red circle", 0.5, m)
+            for (m, s), b4 in values.items()}
+    for s in (0, 1):
+        res = dirs[Cell("lstm", "mismatched", "dot", s)] / "results.json"
+        res.write_text(res.read_text().replace('"test/attn_entropy": 1.0', '"test/attn_entropy": 0.001')
+                       .replace('"machine"', '"threads": 1, "machine"'))
+    report = build_report(dirs, {1: [ref], 2: [ref]}, {**SPEC, "dims": ["mismatched"]}, samples=20)
+    assert report["diffs"] == []
+    (u,) = report["unpaired"]
+    assert u["counted"] == {"additive": "2/2", "dot": "0/2"}
+    md = build_markdown(report)
+    assert ("No additive - dot difference for lstm / mismatched: no seed where both count. additive "
+            "counted at 2/2 seeds; dot counted at 0/2 seeds (undertrained: BLEU-4 0.250, 0.280; "
+            "entropy 0.00, 0.00).") in md
+    assert "Xeon (amx) / 1 thread;" in md or "Xeon (amx) / 1 thread." in md
+
+
 @pytest.mark.parametrize("device", ["cpu", "cuda:0"])
 def test_report_says_when_the_gpu_ratio_is_not_measured(tmp_path, device):
     dirs = {Cell("lstm", "matched", "additive", 0): _write_run(tmp_path / "a", 0.5, "a red circle", 0.5,

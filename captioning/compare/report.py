@@ -36,6 +36,10 @@ def _interval(lo: float, hi: float, digits: int = 3) -> str:
     return "" if math.isnan(lo) else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
+def _threads(n: int | None) -> str | None:
+    return None if not n else f"{n} thread{'s' if n != 1 else ''}"
+
+
 def build_report(
     dirs: dict[Cell, Path],
     references: dict,
@@ -96,7 +100,7 @@ def build_report(
             "same_as": res[0].get("attention_resolved") if attention == "mixed" and res else None,
         })
 
-    diffs = []
+    diffs, unpaired = [], []
     for decoder in spec["decoders"]:
         for dims in spec["dims"]:
             add, dot = groups.get((decoder, dims, "additive")), groups.get((decoder, dims, "dot"))
@@ -105,7 +109,13 @@ def build_report(
             a = {c.seed: c for c in add if counts(c)}
             d = {c.seed: c for c in dot if counts(c)}
             seeds = sorted(set(a) & set(d))
-            if not seeds:
+            if not seeds:  # a finding, not a gap: say which mode counted nowhere, and its numbers
+                unpaired.append({"decoder": decoder, "dims": dims,
+                                 "counted": {m: f"{len(x)}/{len(g)}" for m, x, g in
+                                             (("additive", a, add), ("dot", d, dot))},
+                                 "undertrained": {r["attention"]: r["undertrained_runs"] for r in rows
+                                                  if (r["decoder"], r["dims"]) == (decoder, dims)
+                                                  and r["attention"] in ("additive", "dot")}})
                 continue
             per_seed = [runs[a[s]][0]["test/bleu4"] - runs[d[s]][0]["test/bleu4"] for s in seeds]
             draws_a = bootstrap_bleu([per_image(a[s]) for s in seeds], samples)
@@ -126,7 +136,7 @@ def build_report(
     # Where the cells ran: results reproduce per CPU kind and extraction precision, not across.
     machines = sorted({" / ".join(x for x in (r[0].get("machine") or "unknown (not recorded)",
                                                r[0].get("accelerator") or r[0].get("gpu"),
-                                               r[0].get("threads") and f"{r[0]['threads']} threads") if x)
+                                               _threads(r[0].get("threads"))) if x)
                        for r in runs.values()})
     precisions = sorted({r[0].get("feature_precision") or "unknown (not recorded)" for r in runs.values()})
     # What the grid cost: CPU seconds where recorded (cpu_s, not inflated by pauses or other
@@ -140,9 +150,10 @@ def build_report(
     for row in rows:
         cells = groups[(row["decoder"], row["dims"], row["attention"])]
         row["dirty"] = sorted(c.seed for c in cells if "+dirty" in (runs[c][0].get("git_commit") or ""))
-    return {"rows": rows, "diffs": diffs, "throughput": throughput or {}, "reruns": reruns or [],
-            "commits": commits, "machines": machines, "compute": compute, "feature_precisions": precisions,
-            "spec": spec, "bootstrap_samples": samples, "undertrained_margin": threshold}
+    return {"rows": rows, "diffs": diffs, "unpaired": unpaired, "throughput": throughput or {},
+            "reruns": reruns or [], "commits": commits, "machines": machines, "compute": compute,
+            "feature_precisions": precisions, "spec": spec, "bootstrap_samples": samples,
+            "undertrained_margin": threshold}
 
 
 def build_markdown(report: dict) -> str:
@@ -169,7 +180,9 @@ def build_markdown(report: dict) -> str:
              f"(0-1). mean ± std over seeds; 95% CI over seeds (t) and by bootstrap over test "
              f"images ({report['bootstrap_samples']} resamples, mean over seeds). A run counts "
              f"only if it beats its blind run (same decoder, dims, seed) by "
-             f">= {report['undertrained_margin']:.2f} BLEU-4.", ""]
+             f">= {report['undertrained_margin']:.2f} BLEU-4. Train captions/s is measured "
+             "inside each run, beside whatever else the machine ran and at the thread counts "
+             "listed above: a rough figure (the benchmark is the controlled one).", ""]
     lines += ["| decoder | dims | attention | BLEU-4 | 95% CI seeds | 95% CI images | attr acc | "
               "grounding (x uniform) | entropy | attention params | trainable params | train captions/s | "
               "counted |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -214,6 +227,13 @@ def build_markdown(report: dict) -> str:
                 f"{_interval(a['lo'], a['hi'], 4)} | {_interval(*d['abs_boot'], 4)} | "
                 f"{d['rel_pct']:+.1f}% | {_interval(*d['rel_pct_seed'], 1)} | "
                 f"{_interval(*d['rel_pct_boot'], 1)} | {d['attr_acc_abs']['mean']:+.3f} |")
+    for u in report.get("unpaired", []):
+        seen = "; ".join(f"{m} counted at {u['counted'][m]} seeds" + (
+            " (undertrained: BLEU-4 " + ", ".join(f"{x['bleu4']:.3f}" for x in runs) + "; entropy "
+            + ", ".join(f"{x['attn_entropy']:.2f}" for x in runs) + ")" if runs else "")
+            for m, runs in ((m, u["undertrained"].get(m, [])) for m in ("additive", "dot")))
+        lines += ["", f"No additive - dot difference for {u['decoder']} / {u['dims']}: no seed where "
+                  f"both count. {seen}."]
     tp = report["throughput"]
     if tp:
         lines += ["", "Training throughput, dot / additive (scripts/benchmark.py, one process, "
