@@ -109,13 +109,9 @@ def build_report(
             a = {c.seed: c for c in add if counts(c)}
             d = {c.seed: c for c in dot if counts(c)}
             seeds = sorted(set(a) & set(d))
-            if not seeds:  # a finding, not a gap: say which mode counted nowhere, and its numbers
-                unpaired.append({"decoder": decoder, "dims": dims,
-                                 "counted": {m: f"{len(x)}/{len(g)}" for m, x, g in
-                                             (("additive", a, add), ("dot", d, dot))},
-                                 "undertrained": {r["attention"]: r["undertrained_runs"] for r in rows
-                                                  if (r["decoder"], r["dims"]) == (decoder, dims)
-                                                  and r["attention"] in ("additive", "dot")}})
+            if not seeds:  # a finding, not a gap: the markdown says so from the two modes' rows
+                unpaired.append({"decoder": decoder, "dims": dims, "counted": {
+                    "additive": f"{len(a)}/{len(add)}", "dot": f"{len(d)}/{len(dot)}"}})
                 continue
             per_seed = [runs[a[s]][0]["test/bleu4"] - runs[d[s]][0]["test/bleu4"] for s in seeds]
             draws_a = bootstrap_bleu([per_image(a[s]) for s in seeds], samples)
@@ -227,11 +223,13 @@ def build_markdown(report: dict) -> str:
                 f"{_interval(a['lo'], a['hi'], 4)} | {_interval(*d['abs_boot'], 4)} | "
                 f"{d['rel_pct']:+.1f}% | {_interval(*d['rel_pct_seed'], 1)} | "
                 f"{_interval(*d['rel_pct_boot'], 1)} | {d['attr_acc_abs']['mean']:+.3f} |")
-    for u in report.get("unpaired", []):
+    row_of = {(r["decoder"], r["dims"], r["attention"]): r for r in report["rows"]}
+    for u in report["unpaired"]:
         seen = "; ".join(f"{m} counted at {u['counted'][m]} seeds" + (
             " (undertrained: BLEU-4 " + ", ".join(f"{x['bleu4']:.3f}" for x in runs) + "; entropy "
             + ", ".join(f"{x['attn_entropy']:.2f}" for x in runs) + ")" if runs else "")
-            for m, runs in ((m, u["undertrained"].get(m, [])) for m in ("additive", "dot")))
+            for m, runs in ((m, row_of[(u["decoder"], u["dims"], m)]["undertrained_runs"])
+                            for m in ("additive", "dot")))
         lines += ["", f"No additive - dot difference for {u['decoder']} / {u['dims']}: no seed where "
                   f"both count. {seen}."]
     tp = report["throughput"]
