@@ -4,6 +4,8 @@
     python scripts/compare.py experiment=cross_modal             # the full grid (resumable)
     python scripts/compare.py experiment=cross_modal compare.seeds=[0,1,2,3] data=flickr8k
     python scripts/compare.py experiment=cross_modal compare.train=false   # report what is done
+    python scripts/compare.py experiment=cross_modal compare.train=false compare.benchmark=false \
+        compare.throughput_from=results/cross_modal/<timestamp>/report.json  # rebuild that report
 
 Arguments are Hydra overrides of conf/train.yaml (the experiment preset sets `compare.*`:
 attentions, dims, decoders, seeds, the step budget); `--help` shows the composed config. Each
@@ -16,9 +18,11 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from captioning.compare.run import run_comparison
+from captioning.errors import report_user_errors
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="compare")
+@report_user_errors  # a bad key or path: one message, exit status 2
 def main(cfg: DictConfig) -> None:
     """Every cell is conf/train.yaml + the same command-line overrides + the cell's own."""
     overrides = list(HydraConfig.get().overrides.task)

@@ -428,3 +428,67 @@ def test_reruns_only_of_cells_from_this_cpu_kind(tmp_path, monkeypatch):
     dirs = runner.run([cell])
     (dirs[cell] / "results.json").write_text(json.dumps({"test/bleu4": 0.5, "machine": "Other CPU (avx2)"}))
     assert runner.verify(dirs, 1) == [] and len(fake.trained) == 1  # not re-trained here
+
+
+def test_a_report_rebuilds_with_an_earlier_reports_throughput(tmp_path, monkeypatch):
+    """compare.throughput_from: report-only rebuilds a report's Markdown exactly, benchmark
+    ratios included, without measuring again; a missing file is refused before any training."""
+    from types import SimpleNamespace
+
+    import captioning.compare.run as run_mod
+    from captioning.errors import UserError
+
+    fake = FakeExperiments(tmp_path, tmp_path / "encoder.pth")
+    monkeypatch.setattr(grid_mod, "train", fake.train)
+    record = SimpleNamespace(image_id="i1", split="test", captions=[["a", "red", "circle"]])
+    monkeypatch.setattr(run_mod, "load_dataset_records", lambda data: ([record], None, None))
+    cfg = fake.compose(["experiment=main"])
+    GridRunner(fake.compose, [], tmp_path / "main", DIMS).run(expand_grid(cfg.compare))
+    trained = len(fake.trained)
+    measured = {"shapes": "batch 2", "device": "cpu", "lstm_dot_over_additive": 1.234}
+    monkeypatch.setattr(run_mod, "throughput", lambda spec: measured)
+    cfg.compare.benchmark = True
+    first = run_mod.run_comparison(cfg, ["experiment=main"], fake.compose)
+    markdown = (first / "report.md").read_text()
+    assert "lstm_dot_over_additive: 1.23x" in markdown
+
+    monkeypatch.setattr(run_mod, "throughput", lambda spec: pytest.fail("measured again"))
+    cfg.compare.update(benchmark=False, throughput_from=str(first / "report.json"))
+    again = run_mod.run_comparison(cfg, ["experiment=main"], fake.compose)
+    assert (again / "report.md").read_text() == markdown
+
+    cfg.compare.update(train=True, throughput_from=str(tmp_path / "nowhere" / "report.json"))
+    with pytest.raises(UserError, match="compare.throughput_from=.*nowhere"):
+        run_mod.run_comparison(cfg, ["experiment=main"], fake.compose)
+    assert len(fake.trained) == trained  # refused before any cell trained
+
+
+@pytest.mark.slow
+def test_the_committed_report_rebuilds_from_committed_files(tmp_path):
+    """Acceptance of the comparison: the newest committed report.md is rebuilt exactly by
+    report-only mode from what a fresh clone has (the committed cells' small files, the
+    report's own benchmark ratios), with no training."""
+    import shutil
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    ls = subprocess.run(["git", "ls-files", "results"], cwd=repo, capture_output=True, text=True)
+    files = ls.stdout.split()
+    reports = sorted(f for f in files if f.startswith("results/cross_modal/") and f.endswith("/report.md"))
+    if ls.returncode or not reports:
+        pytest.skip("no committed comparison report (or not a git checkout)")
+    for f in files:
+        if "/cells/" in f or "/verify/" in f:
+            (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(repo / f, tmp_path / f)
+    committed = repo / reports[-1]
+    env = {**__import__("os").environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, "scripts/compare.py", "experiment=cross_modal", "compare.train=false",
+         "compare.benchmark=false", f"compare.throughput_from={committed.parent / 'report.json'}",
+         f"compare.root={tmp_path / 'results'}", "logger=csv"],
+        cwd=repo, env=env, capture_output=True, text=True, timeout=1800)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rebuilt = sorted((tmp_path / "results" / "cross_modal").glob("*/report.md"))
+    assert len(rebuilt) == 1 and rebuilt[0].read_text() == committed.read_text()

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from ..benchmark import BenchConfig, run_benchmark
 from ..cpu import flush_denormals
 from ..data.prepare import load_dataset_records
+from ..errors import UserError
 from .executor import make_executor
 from .grid import GridRunner, expand_grid
 from .report import build_markdown, build_report, save_plots
@@ -34,6 +35,15 @@ def throughput(spec: dict) -> dict:
     return out
 
 
+def _throughput(spec: dict) -> dict:
+    """The benchmark's ratios: measured now, none, or (compare.throughput_from) those of an
+    earlier report.json, so that a committed report rebuilds exactly from committed files."""
+    source = spec.get("throughput_from")
+    if source:
+        return json.loads(Path(source).read_text()).get("throughput", {})
+    return throughput(spec) if spec.get("benchmark", True) else {}
+
+
 def run_comparison(cfg: DictConfig, overrides: list[str],
                    compose: Callable[[list[str]], DictConfig]) -> Path | None:
     """cfg: the composed train config with a `compare` block (an experiment preset);
@@ -43,6 +53,10 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
     if "compare" not in cfg:
         raise SystemExit("no compare settings: add experiment=cross_modal (or cross_modal_quick)")
     spec = OmegaConf.to_container(cfg.compare, resolve=True)
+    source = spec.get("throughput_from")
+    if source and not Path(source).is_file():  # before any cell trains
+        raise UserError(f"compare.throughput_from={source}: no such file; give a report.json "
+                        "written by scripts/compare.py, or drop the key to measure")
     runner = _runner(spec, compose, overrides)
     root = runner.root
     cells = expand_grid(spec)
@@ -59,7 +73,7 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
         return None
     reruns = runner.verify(dirs, spec.get("verify", 0), spec.get("train", True))
     refs = _test_references(cfg)
-    tp = throughput(spec) if spec.get("benchmark", True) else {}
+    tp = _throughput(spec)
     report = build_report(dirs, refs, spec, tp, reruns, spec.get("bootstrap_samples", 1000))
     report["grid_wall_s"] = train_s
     out = root / time.strftime("%Y-%m-%d_%H-%M-%S")
