@@ -468,6 +468,7 @@ def test_the_committed_report_rebuilds_from_committed_files(tmp_path):
     """Acceptance of the comparison: the newest committed report.md is rebuilt exactly by
     report-only mode from what a fresh clone has (the committed cells' small files, the
     report's own benchmark ratios), with no training."""
+    import os
     import shutil
     import subprocess
     import sys
@@ -483,7 +484,7 @@ def test_the_committed_report_rebuilds_from_committed_files(tmp_path):
             (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(repo / f, tmp_path / f)
     committed = repo / reports[-1]
-    env = {**__import__("os").environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
     out = subprocess.run(
         [sys.executable, "scripts/compare.py", "experiment=cross_modal", "compare.train=false",
          "compare.benchmark=false", f"compare.throughput_from={committed.parent / 'report.json'}",
