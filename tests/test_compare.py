@@ -310,6 +310,50 @@ def test_a_cell_killed_mid_training_resumes_from_its_checkpoint(tmp_path, monkey
     assert resumed == [str(out), None]
 
 
+def test_two_grids_over_one_root_never_train_a_cell_twice(tmp_path, monkeypatch, caplog):
+    """Two lanes over one results root: a cell another process is training is skipped (and
+    left out of this report), one it finished after this grid listed its work is not redone,
+    and the lock of a killed process is free at once (the kernel drops its flock)."""
+    import subprocess
+    import sys
+
+    from captioning.compare.lock import LOCK, CellLock
+
+    fake = FakeRuns()
+    runner = GridRunner(fake.compose, [], tmp_path, DIMS)
+    busy, later, free = (Cell("lstm", "matched", m, 0) for m in ("additive", "dot", "blind"))
+    outs = {c: runner.config(c)[1] for c in (busy, later, free)}
+    for out in outs.values():
+        out.mkdir(parents=True)
+
+    def train_and_finish_later(cfg):  # meanwhile, "the other lane" finishes `later`
+        fake.train(cfg)
+        (outs[later] / "results.json").write_text(json.dumps({"test/bleu4": 0.4}))
+
+    monkeypatch.setattr(grid_mod, "train", train_and_finish_later)
+    other = CellLock(outs[busy])
+    assert other.try_take() is None
+    # a killed process held `free`: its lock must not block anyone
+    hold = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(outs[free] / LOCK)],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    assert CellLock(outs[free]).try_take() is not None  # held while it lives
+    holder.kill()
+    holder.wait()
+    with caplog.at_level("INFO"):
+        dirs = runner.run([busy, free, later])
+    assert fake.trained == ["additive/512/0/True"]  # only the blind cell (`free`) trained here
+    assert "lstm/matched/additive/s0 is being trained by" in caplog.text
+    assert "lstm/matched/dot/s0 was finished by another process meanwhile" in caplog.text
+    assert set(dirs) == {free, later}  # the busy cell is not in this report
+    other.release()
+    monkeypatch.setattr(grid_mod, "train", fake.train)
+    assert set(runner.run([busy, free, later])) == {busy, free, later}
+    assert fake.trained[1:] == ["additive/512/0/False"]
+
+
 def test_cells_as_jobs_through_submitit(tmp_path, monkeypatch):
     """compare.executor: the cells go through submitit's submission path (its in-process debug
     executor here; `slurm` on a cluster), one job per missing cell, and the grid waits."""

@@ -2,7 +2,8 @@
 directory is named by its config hash, so a finished cell is never trained again, an
 interrupted grid resumes where it stopped, and a cell killed mid-training resumes from its own
 last checkpoint (train's resume). Cells named by an older hash rule are adopted, not retrained;
-a cell another experiment under the same results root finished is used from there."""
+a cell another experiment under the same results root finished is used from there. Several
+grid processes may share one root: a cell is trained by one of them at a time (compare/lock.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from ..checkpoint import checkpoint_config, read_checkpoint
 from ..lit.training import train
 from ..models.captioner import resolved_attention
 from ..provenance import config_hash, cpu_kind, flatten, hashed_view
+from .lock import LOCK, CellLock
 
 log = logging.getLogger(__name__)
 
@@ -189,23 +191,48 @@ class GridRunner:
         for k, cell in enumerate(todo, 1):
             cfg, out = self.config(cell)
             out.mkdir(parents=True, exist_ok=True)
-            view = hashed_view({**OmegaConf.to_container(cfg, resolve=True), "hydra": None})
-            (out / CELL_CONFIG).write_text(json.dumps(view, indent=1, sort_keys=True, default=str))
-            if any((out / "checkpoints").glob("*.ckpt")):  # killed mid-training: continue it
-                with open_dict(cfg):
-                    cfg.resume = str(out)
-            log.info("grid: [%d/%d] %s %s -> %s", k, len(todo),
-                     "resuming" if cfg.get("resume") else "training", cell.label, out)
-            if executor is None:
-                train(cfg)
-            configs.append(cfg)
+            lock = CellLock(out)
+            if executor is None and not self._take(lock, cell, out):
+                continue
+            try:
+                view = hashed_view({**OmegaConf.to_container(cfg, resolve=True), "hydra": None})
+                (out / CELL_CONFIG).write_text(json.dumps(view, indent=1, sort_keys=True, default=str))
+                if any((out / "checkpoints").glob("*.ckpt")):  # killed mid-training: continue it
+                    with open_dict(cfg):
+                        cfg.resume = str(out)
+                log.info("grid: [%d/%d] %s %s -> %s", k, len(todo),
+                         "resuming" if cfg.get("resume") else "training", cell.label, out)
+                if executor is None:
+                    train(cfg)
+                configs.append(cfg)
+            finally:
+                lock.release()
         if executor is not None and configs:
             with executor.batch():  # one job array
                 jobs = [executor.submit(train, cfg) for cfg in configs]
             log.info("grid: %d jobs submitted (%s ...); waiting for them", len(jobs), jobs[0].job_id)
             for job in jobs:
                 job.result()  # a failed job raises here, with its log's path
-        return dirs
+        busy = [c for c, d in dirs.items() if not (d / "results.json").exists()]
+        if busy:  # another process is training them: the report shows what is finished
+            log.warning("grid: %d cells still being trained by other processes; not in this "
+                        "report (re-run it when they finish)", len(busy))
+        return {c: d for c, d in dirs.items() if c not in busy}
+
+    @staticmethod
+    def _take(lock: CellLock, cell: Cell, out: Path) -> bool:
+        """Whether this process should train the cell now: not while another process trains
+        it, and not when one finished it after this grid made its to-do list."""
+        holder = lock.try_take()
+        if holder is not None:
+            log.warning("grid: %s is being trained by %s (%s); skipped here", cell.label, holder,
+                        out / LOCK)
+            return False
+        if (out / "results.json").exists():  # checked under the lock: no race with its writer
+            lock.release()
+            log.info("grid: %s was finished by another process meanwhile; skipped", cell.label)
+            return False
+        return True
 
     def rerun(self, cell: Cell, output_dir: Path, train_missing: bool = True) -> dict | None:
         """Train a cell again from scratch into output_dir (the reproducibility check). A rerun
