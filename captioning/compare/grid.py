@@ -191,20 +191,20 @@ class GridRunner:
         for k, cell in enumerate(todo, 1):
             cfg, out = self.config(cell)
             out.mkdir(parents=True, exist_ok=True)
+            step = f"[{k}/{len(todo)}]"
+            if executor is not None:
+                configs.append(self._prepare(cfg, out, step, cell.label))
+                continue
             lock = CellLock(out)
-            if executor is None and not self._take(lock, cell, out):
+            if (holder := lock.try_take()) is not None:
+                log.warning("grid: %s is being trained by %s (%s); skipped here", cell.label,
+                            holder, out / LOCK)
                 continue
             try:
-                view = hashed_view({**OmegaConf.to_container(cfg, resolve=True), "hydra": None})
-                (out / CELL_CONFIG).write_text(json.dumps(view, indent=1, sort_keys=True, default=str))
-                if any((out / "checkpoints").glob("*.ckpt")):  # killed mid-training: continue it
-                    with open_dict(cfg):
-                        cfg.resume = str(out)
-                log.info("grid: [%d/%d] %s %s -> %s", k, len(todo),
-                         "resuming" if cfg.get("resume") else "training", cell.label, out)
-                if executor is None:
-                    train(cfg)
-                configs.append(cfg)
+                if (out / "results.json").exists():  # under the lock: no race with its writer
+                    log.info("grid: %s was finished by another process meanwhile; skipped", cell.label)
+                    continue
+                train(self._prepare(cfg, out, step, cell.label))
             finally:
                 lock.release()
         if executor is not None and configs:
@@ -220,19 +220,16 @@ class GridRunner:
         return {c: d for c, d in dirs.items() if c not in busy}
 
     @staticmethod
-    def _take(lock: CellLock, cell: Cell, out: Path) -> bool:
-        """Whether this process should train the cell now: not while another process trains
-        it, and not when one finished it after this grid made its to-do list."""
-        holder = lock.try_take()
-        if holder is not None:
-            log.warning("grid: %s is being trained by %s (%s); skipped here", cell.label, holder,
-                        out / LOCK)
-            return False
-        if (out / "results.json").exists():  # checked under the lock: no race with its writer
-            lock.release()
-            log.info("grid: %s was finished by another process meanwhile; skipped", cell.label)
-            return False
-        return True
+    def _prepare(cfg: DictConfig, out: Path, step: str, label: str) -> DictConfig:
+        """A cell's train config, ready to run: its cell.json written, and resuming from its
+        own last checkpoint if it was killed mid-training."""
+        view = hashed_view({**OmegaConf.to_container(cfg, resolve=True), "hydra": None})
+        (out / CELL_CONFIG).write_text(json.dumps(view, indent=1, sort_keys=True, default=str))
+        if any((out / "checkpoints").glob("*.ckpt")):  # killed mid-training: continue it
+            with open_dict(cfg):
+                cfg.resume = str(out)
+        log.info("grid: %s %s %s -> %s", step, "resuming" if cfg.get("resume") else "training", label, out)
+        return cfg
 
     def rerun(self, cell: Cell, output_dir: Path, train_missing: bool = True) -> dict | None:
         """Train a cell again from scratch into output_dir (the reproducibility check). A rerun

@@ -3,16 +3,22 @@ jobs on a shared disk) must not train the same cell at once, nor redo a cell ano
 finished after this one made its to-do list. A process training a cell holds an exclusive
 flock on the cell's lock file; the kernel drops it when the process exits or is killed, so a
 killed grid never leaves a stale lock and resuming needs no manual step. The file also names
-the holder (host, pid, start time) for the message of the process that finds it taken."""
+the holder (host, pid, start time) for the message of the process that finds it taken. The
+same kind of lock as data/prepare.py's `preparing`, which waits where this one skips; like it,
+without POSIX locks (Windows) there is none: one process per results root is the user's job."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import socket
 import time
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # no POSIX locks
+    fcntl = None
 
 LOCK = "training.lock"  # in a cell's directory; left in place (a lock is the flock, not the file)
 
@@ -25,6 +31,8 @@ class CellLock:
         self._fd: int | None = None
 
     def try_take(self) -> str | None:
+        if fcntl is None:
+            return None
         fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
