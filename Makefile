@@ -1,10 +1,26 @@
-# Quick start: `make train` and `make test`. Both create .venv on first use.
+# Quick start: `make train` and `make test`. Both create .venv on first use. `make help` lists
+# every target. Settings: PYTHON=python3.12 (the interpreter that builds .venv, first use only),
+# ARGS="..." (extra arguments: Hydra overrides for demo/train, pytest arguments for test).
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo train test test-all lint clean wheels
+.PHONY: help install demo train test test-all lint lock clean clean-logs clean-data wheels
+
+help:
+	@echo "make install     .venv with the pinned versions (requirements.lock); every target does it first"
+	@echo "make demo        the two-minute first run (ARGS: Hydra overrides)"
+	@echo "make train       the full built-in run, ~10 min on 2 cores (ARGS: Hydra overrides)"
+	@echo "make test        the default test suite, as CI runs it (ARGS: pytest arguments)"
+	@echo "make test-all    the suite with the slow tests"
+	@echo "make lint        ruff"
+	@echo "make lock        rewrite requirements.lock from the installed dependencies"
+	@echo "make wheels      wheels for scripts/gpu_check.sh (TARGET_PY, TARGET_TORCH)"
+	@echo "make clean       caches and build leftovers (__pycache__, .pytest_cache, .ruff_cache, build/)"
+	@echo "make clean-logs  every run under outputs/: checkpoints, logs, results (cannot be undone)"
+	@echo "make clean-data  the feature stores in data/cache/ (re-extracted on the next run)"
+	@echo "settings: PYTHON=python3.x (builds .venv), ARGS=\"...\""
 
 install: $(STAMP)
 
@@ -37,5 +53,15 @@ TARGET_TORCH ?= 2.11
 wheels: install
 	$(PY) scripts/make_wheels.py --python $(TARGET_PY) --torch $(TARGET_TORCH)
 
+lock: install
+	$(PY) scripts/lock_requirements.py
+
 clean:
-	rm -rf outputs .pytest_cache
+	rm -rf .pytest_cache .ruff_cache build *.egg-info
+	find . -name __pycache__ -type d -not -path "./.venv/*" -prune -exec rm -rf {} +
+
+clean-logs:
+	rm -rf outputs
+
+clean-data:
+	rm -rf data/cache

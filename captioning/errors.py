@@ -4,6 +4,7 @@ only, so every layer may raise them."""
 
 from __future__ import annotations
 
+import argparse
 import functools
 import logging
 import sys
@@ -29,3 +30,13 @@ def report_user_errors(main: Callable) -> Callable:
             raise SystemExit(2) from None
 
     return wrapper
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse for the scripts: a usage mistake (an unknown flag, a missing or bad argument) is
+    one line on stderr and exit status 2, like every other user error, not argparse's usage
+    block."""
+
+    def error(self, message: str):
+        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)

@@ -9,7 +9,7 @@ import torch
 
 from .data.datasets import record_images
 from .data.images import MAX_PIXELS
-from .data.prepare import load_features
+from .data.prepare import load_dataset_records, load_features
 from .errors import UserError
 from .metrics import attribute_accuracy
 from .metrics.report import score_captions
@@ -24,14 +24,16 @@ def evaluate_checkpoint(
     tokenizer: str = "simple",
     meteor: bool = True,
     batch_size: int = 100,
+    device: str = "auto",
 ) -> tuple[dict, list[dict], dict]:
     """-> (flat metrics in the results.json schema, COCO-format predictions, tokenisation used).
 
     `decode` entries that are not None override the checkpoint's decoding settings; the data
     config is the checkpoint's with `data_overrides` applied (e.g. another root or cache dir).
+    Decoding runs on `device` (auto: the GPU when there is one).
     """
     predictor, records, captions, seconds = decode_split(checkpoint, split, decode, data_overrides,
-                                                        batch_size)
+                                                        batch_size, device)
     hyps = [c.words for c in captions]
     predictions = [{"image_id": r.image_id, "caption": " ".join(h)} for r, h in zip(records, hyps)]
     prefix = f"{split}/"
@@ -46,10 +48,23 @@ def evaluate_checkpoint(
             "images_per_s": len(records) / seconds,
             "num_images": len(records),
             "checkpoint": str(checkpoint),
+            "device": str(predictor.device),
             **{f"decode/{k}": v for k, v in predictor.decode.items()},
         }
     )
     return metrics, predictions, tokenization
+
+
+def _check_unseen(records: list, train_cfg: dict, split: str) -> None:
+    """Another dataset config than the checkpoint's: refuse to score images it trained on."""
+    seen = {str(r.path.resolve()) for r in load_dataset_records(train_cfg)[0] if r.split == "train"}
+    both = sorted(p for p in {str(r.path.resolve()) for r in records} if p in seen)
+    if both:
+        raise UserError(
+            f"{len(both)} image(s) of split '{split}' are training images of this checkpoint "
+            f"(e.g. {', '.join(both[:3])}): their scores would be too high. Evaluate on the "
+            "checkpoint's own split (no +data overrides) or give a data config whose split holds "
+            "no image it trained on")
 
 
 def decode_split(
@@ -58,10 +73,11 @@ def decode_split(
     decode: dict | None = None,
     data_overrides: dict | None = None,
     batch_size: int = 100,
+    device: str = "auto",
 ) -> tuple[Predictor, list, list[Caption], float]:
     """-> (the loaded predictor, the split's records, one Caption (words + attention) per record,
     seconds spent decoding)."""
-    predictor = Predictor.load(checkpoint, decode)
+    predictor = Predictor.load(checkpoint, decode, device)
     cfg = predictor.cfg
     data_cfg = {**cfg["data"], **(data_overrides or {})}
     # Raw features as cached; the checkpoint's own normaliser is inside the model. A fine-tuned
@@ -69,7 +85,9 @@ def decode_split(
     data = load_features(data_cfg, cfg["encoder"])
     indices = data.split_indices(split)
     if not indices:
-        raise ValueError(f"split '{split}' has no images in {data_cfg.get('json_path') or data_cfg['root']}")
+        raise UserError(f"split '{split}' has no images in {data_cfg.get('json_path') or data_cfg['root']}")
+    if data_overrides and split != "train":
+        _check_unseen([data.records[i] for i in indices], cfg["data"], split)
     files = record_images(data, cfg["encoder"]["image_size"], data_cfg.get("max_image_pixels", MAX_PIXELS))
     captions, start = [], time.perf_counter()
     for i in range(0, len(indices), batch_size):
@@ -82,6 +100,6 @@ def decode_split(
             if bad:  # readable when the store was built: a file changed since
                 raise UserError(f"cannot read {len(bad)} image(s) of split '{split}': {bad[:5]}")
             with torch.no_grad():
-                raw = predictor.model.encode(torch.stack([image for image, _ in read]))
+                raw = predictor.model.encode(torch.stack([image for image, _ in read]).to(predictor.device))
         captions += predictor(raw)
     return predictor, [data.records[i] for i in indices], captions, time.perf_counter() - start

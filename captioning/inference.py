@@ -24,12 +24,15 @@ def _figure_path(attention_map: str | None, image: Path, many: bool) -> Path | N
 def caption_images(
     checkpoint: str | Path, image: str | Path, decode: dict | None = None,
     attention_map: str | None = None, batch_size: int = 16, scale: str = "shared",
+    device: str = "auto",
 ) -> tuple[list[dict], list[tuple[str, str]]]:
     """-> ([{image, caption, figure}], [(path, why skipped)]). A directory is captioned file by
-    file (sorted); unreadable files are skipped and reported, never fatal."""
+    file (sorted); unreadable files are skipped and reported, never fatal. Encoder and decoder
+    run on `device` (auto: the GPU when there is one)."""
     from .visualize import attention_figure
 
-    predictor = Predictor.load(checkpoint, decode)
+    predictor = Predictor.load(checkpoint, decode, device)
+    where = predictor.device
     cfg = predictor.cfg
     if not str(image).strip():
         raise ValueError("image= is empty: give an image file or a directory of images")
@@ -39,7 +42,9 @@ def caption_images(
     many = image.is_dir()
     paths = sorted(p for p in image.iterdir() if p.is_file()) if many else [image]
     tuned = predictor.model.encoder is not None  # encoder.finetune: the checkpoint's own stages
-    encoder = None if tuned else build_encoder(cfg["encoder"]).eval()  # the frozen network
+    encoder = None if tuned else build_encoder(cfg["encoder"]).eval().to(where)  # the frozen network
+    # As the feature store was extracted: the run's encoder.precision (absent: older runs, auto).
+    dtype = extraction_dtype(where, cfg["encoder"].get("precision", "auto"))
     files = ImageFiles(paths, cfg["encoder"]["image_size"], cfg["data"].get("max_image_pixels", MAX_PIXELS))
     results, skipped = [], []
     for start in range(0, len(paths), batch_size):
@@ -48,12 +53,11 @@ def caption_images(
         skipped += [(str(paths[start + i]), why) for i, (_, why) in enumerate(items) if why]
         if not ok:
             continue
-        pixels = torch.stack([items[i][0] for i in ok])  # (B, 3, H, W) uint8
+        pixels = torch.stack([items[i][0] for i in ok]).to(where)  # (B, 3, H, W) uint8
         if tuned:  # as in training's validation: the tuned encoder, float32 features
             raw = predictor.model.encode(pixels)  # (B, N, C)
         else:  # as the feature store has them: the precision of extraction, stored as float16
-            dtype = extraction_dtype(torch.device("cpu"))
-            with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+            with torch.autocast(where.type, dtype=dtype, enabled=dtype != torch.float32):
                 raw = encoder(pixels.float() / 255).to(torch.float16)  # (B, N, C)
         captions = predictor(raw)
         for i, caption in zip(ok, captions):

@@ -10,6 +10,7 @@ import torch
 
 from .checkpoint import load_checkpoint
 from .cpu import flush_denormals
+from .data.features import resolve_device
 from .data.vocab import Vocabulary
 from .models.captioner import Captioner
 
@@ -44,26 +45,35 @@ class Caption:
 def caption_features(
     model: Captioner, vocab: Vocabulary, raw_features: torch.Tensor, decode: dict
 ) -> list[Caption]:
-    """Raw features (B, N, C) -> one Caption per image, with `decode` settings."""
-    ids, weights = model.generate(raw_features, vocab.bos, vocab.eos, vocab.pad, **decode)
+    """Raw features (B, N, C), on any device -> one Caption per image, decoded on the model's
+    device with `decode` settings (the attention stays there)."""
+    device = next(model.parameters()).device
+    ids, weights = model.generate(raw_features.to(device), vocab.bos, vocab.eos, vocab.pad, **decode)
     return [Caption(*vocab.decode_aligned(tokens, w), w) for tokens, w in zip(ids, weights)]
 
 
 @dataclass
 class Predictor:
-    """A checkpoint ready to caption: model (eval mode), vocabulary, run config, decoding."""
+    """A checkpoint ready to caption: model (eval mode, on `device`), vocabulary, run config,
+    decoding."""
 
     model: Captioner
     vocab: Vocabulary
     cfg: dict
     decode: dict
+    device: torch.device
 
     @classmethod
-    def load(cls, checkpoint: str | Path, decode: dict | None = None) -> Predictor:
-        """`decode` entries that are not None override the checkpoint's own settings."""
+    def load(cls, checkpoint: str | Path, decode: dict | None = None,
+             device: str = "auto") -> Predictor:
+        """`decode` entries that are not None override the checkpoint's own settings; `device`:
+        auto (the GPU when there is one, as training), cpu, cuda or cuda:N."""
+        where = resolve_device(device)  # a bad name fails before the checkpoint is read
         flush_denormals()  # decoding a trained model is full of them too
         model, vocab, cfg = load_checkpoint(checkpoint)
-        return cls(model, vocab, cfg, decode_settings(cfg["decode"], decode))
+        return cls(model.to(where), vocab, cfg, decode_settings(cfg["decode"], decode), where)
 
     def __call__(self, raw_features: torch.Tensor) -> list[Caption]:
-        return caption_features(self.model, self.vocab, raw_features, self.decode)
+        """Captions with their attention on the CPU (figures, JSON), wherever they were decoded."""
+        captions = caption_features(self.model, self.vocab, raw_features, self.decode)
+        return [Caption(c.words, c.weights.cpu(), c.steps.cpu()) for c in captions]

@@ -14,10 +14,12 @@ import json
 from pathlib import Path
 
 from captioning.benchmark import BenchConfig, config_fields, markdown, run_benchmark
+from captioning.errors import ArgumentParser, report_user_errors
 
 
+@report_user_errors  # a bad argument or file: one line on stderr, exit status 2
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for f in config_fields():  # one flag per BenchConfig field: defaults live there only
         flag = "--" + f.name.replace("_", "-")
         if f.type in ("bool", bool):

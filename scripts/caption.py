@@ -9,7 +9,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from captioning.errors import report_user_errors
+from captioning.errors import UserError, report_user_errors
 from captioning.inference import caption_images
 
 
@@ -19,7 +19,7 @@ def main(cfg: DictConfig) -> None:
     """Caption every readable image; files that are not images are skipped with a message."""
     results, skipped = caption_images(
         cfg.checkpoint, cfg.image, OmegaConf.to_container(cfg.decode), cfg.attention_map,
-        scale=cfg.attention_scale,
+        scale=cfg.attention_scale, device=cfg.device,
     )
     for r in results:
         extra = f"  -> {r['figure']}" if r.get("figure") else ""
@@ -27,7 +27,7 @@ def main(cfg: DictConfig) -> None:
     for path, why in skipped:
         print(f"skipped {path}: {why}")
     if not results:
-        raise SystemExit(f"no readable image under {Path(cfg.image)}")
+        raise UserError(f"no readable image under {Path(cfg.image)}")
 
 
 if __name__ == "__main__":

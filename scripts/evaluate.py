@@ -2,7 +2,7 @@
 coco-caption scores side by side.
 
     python scripts/evaluate.py checkpoint=outputs/train/runs/<run>/checkpoints/best.ckpt \\
-        split=test decode.beam_size=5 decode.alpha=0.5
+        split=test decode.beam_size=5 decode.alpha=0.5 device=auto
 """
 
 import json
@@ -25,7 +25,7 @@ def main(cfg: DictConfig) -> None:
     """Decode, score, write, print."""
     metrics, predictions, tokenization = evaluate_checkpoint(
         cfg.checkpoint, cfg.split, OmegaConf.to_container(cfg.decode),
-        OmegaConf.to_container(cfg.data), cfg.tokenizer, cfg.meteor, cfg.batch_size,
+        OmegaConf.to_container(cfg.data), cfg.tokenizer, cfg.meteor, cfg.batch_size, cfg.device,
     )
     beam, alpha = metrics["decode/beam_size"], metrics["decode/alpha"]
     default = Path(cfg.checkpoint).parent.parent / "eval" / f"{cfg.split}_beam{beam}_alpha{alpha}"
@@ -37,8 +37,8 @@ def main(cfg: DictConfig) -> None:
     extra = {k: v for k, v in metrics.items() if "attr_acc" in k}
     if extra:
         print("attribute accuracy: " + ", ".join(f"{k.split('/')[-1]} {v:.3f}" for k, v in extra.items()))
-    print(f"decoding: beam {beam}, alpha {alpha}, {metrics['images_per_s']:.1f} images/s "
-          f"({metrics['num_images']} images); written to {out}")
+    print(f"decoding on {metrics['device']}: beam {beam}, alpha {alpha}, "
+          f"{metrics['images_per_s']:.1f} images/s ({metrics['num_images']} images); written to {out}")
 
 
 if __name__ == "__main__":

@@ -8,23 +8,24 @@ is made this way.
         encoder.verify_weights=false
 """
 
-import argparse
 from pathlib import Path
 
 import torch
 
 from captioning import load_checkpoint
+from captioning.errors import ArgumentParser, UserError, report_user_errors
 from captioning.models.encoder import torchvision_state
 
 
+@report_user_errors  # a bad argument or file: one line on stderr, exit status 2
 def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint")
     parser.add_argument("output", help="the .pth file to write")
     args = parser.parse_args(argv)
     model, _, cfg = load_checkpoint(args.checkpoint)
     if model.encoder is None:
-        raise SystemExit(f"{args.checkpoint} has no trained encoder (encoder.finetune=false): "
+        raise UserError(f"{args.checkpoint} has no trained encoder (encoder.finetune=false): "
                          "its encoder is the configured one, nothing to export")
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)

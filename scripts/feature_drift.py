@@ -9,13 +9,13 @@ their mean size per dimension (0 when centred), mean variance per dimension (1 w
 standardised), and the relative change of the raw features.
 """
 
-import argparse
 
 import torch
 
 from captioning import load_checkpoint
 from captioning.data.datasets import record_images
 from captioning.data.prepare import load_features
+from captioning.errors import ArgumentParser, UserError, report_user_errors
 from captioning.models.encoder import build_tunable_encoder
 
 
@@ -25,15 +25,16 @@ def stats(features: torch.Tensor) -> tuple[float, float]:
 
 
 @torch.no_grad()
+@report_user_errors  # a bad argument or file: one line on stderr, exit status 2
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint")
     parser.add_argument("--images", type=int, default=512, help="training images to encode")
     parser.add_argument("--batch", type=int, default=64)
     args = parser.parse_args()
     model, _, cfg = load_checkpoint(args.checkpoint)
     if model.encoder is None:
-        raise SystemExit(f"{args.checkpoint} has no fine-tuned encoder (encoder.finetune=false)")
+        raise UserError(f"{args.checkpoint} has no fine-tuned encoder (encoder.finetune=false)")
     frozen = build_tunable_encoder(cfg["encoder"]).eval()  # the same network, untrained stages
     data = load_features(cfg["data"], cfg["encoder"])
     files = record_images(data, cfg["encoder"]["image_size"])

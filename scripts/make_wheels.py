@@ -9,10 +9,11 @@ Python; pure-Python packages published only as source (antlr4) are built into wh
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 from pathlib import Path
+
+from captioning.errors import ArgumentParser, UserError, report_user_errors
 
 ROOT = Path(__file__).resolve().parents[1]
 # What gpu_check.sh needs beyond torch and pytorch-lightning (import name in gpu_check.sh).
@@ -26,18 +27,19 @@ def pinned(name: str) -> str:
     for line in (ROOT / "requirements.lock").read_text().splitlines():
         if line.lower().startswith(name.lower() + "=="):
             return line.strip()
-    raise SystemExit(f"{name} is not pinned in requirements.lock")
+    raise UserError(f"{name} is not pinned in requirements.lock")
 
 
 def torchvision_for(torch_version: str) -> str:
     major, minor = (int(x) for x in torch_version.split(".")[:2])
     if major != 2:
-        raise SystemExit(f"torch {torch_version}: only torch 2.x is mapped to a torchvision")
+        raise UserError(f"torch {torch_version}: only torch 2.x is mapped to a torchvision")
     return f"torchvision==0.{minor + 15}.*"
 
 
+@report_user_errors  # a bad argument or file: one line on stderr, exit status 2
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--python", default="3.12", help="the GPU machine's Python (major.minor)")
     parser.add_argument("--torch", default="2.11", help="the GPU machine's torch (major.minor)")
     parser.add_argument("--dest", default=str(ROOT / "wheels"))

@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from captioning.errors import ArgumentParser, report_user_errors
+
 
 def step_time(checkpoint: str, features: str | None, flush: bool, steps: int) -> float:
     """In this process: the median training step (s) with denormals flushed or not."""
@@ -56,8 +58,9 @@ def step_time(checkpoint: str, features: str | None, flush: bool, steps: int) ->
     return float(np.median(times[1:]))
 
 
+@report_user_errors  # a bad argument or file: one line on stderr, exit status 2
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint")
     p.add_argument("--features", default=None, help="a features.npy (default: random features)")
     p.add_argument("--steps", type=int, default=6)
@@ -69,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
         return {}
     for path in (args.checkpoint, args.features):  # before any process starts
         if path and not Path(path).is_file():
-            raise SystemExit(f"no such file: {path}")
+            raise FileNotFoundError(f"no such file: {path}")
     out = {"off": [], "on": []}
     for _ in range(args.repeats):
         for mode in ("off", "on"):

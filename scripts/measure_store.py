@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from captioning.errors import ArgumentParser, report_user_errors
+
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = "a man woman dog cat red blue small large sits runs on the in with near park street".split()
 
@@ -175,8 +177,9 @@ def speed(over: list[str], features_path: Path, steps: int) -> dict:
             "cold_ratio": round(memory / cold, 3), "loader": "num_workers=2, prefetch_factor=2"}
 
 
+@report_user_errors  # a bad argument or file: one line on stderr, exit status 2
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workdir", required=True, help="where datasets, stores and runs go (delete after)")
     p.add_argument("--sizes", type=int, nargs="+", default=[5000, 40000])
     p.add_argument("--train-batches", type=int, default=40, help="training batches in the memory runs")

@@ -18,11 +18,13 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from captioning.data.report import data_report, summary
+from captioning.errors import report_user_errors
 
 log = logging.getLogger("prepare_data")
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="prepare_data")
+@report_user_errors  # missing weights, a missing dataset file: one line on stderr, exit status 2
 def main(cfg: DictConfig) -> None:
     plain = OmegaConf.to_container(cfg, resolve=True)
     report = data_report(plain["data"], plain["encoder"])

@@ -23,6 +23,7 @@ from captioning.cpu import flush_denormals
 from captioning.data.attribute_targets import LABELS, attribute_labels
 from captioning.data.images import ImageFiles
 from captioning.data.prepare import load_dataset_records
+from captioning.errors import ArgumentParser, UserError, report_user_errors
 from captioning.models.encoder import ENCODERS, IMAGENET_MEAN, IMAGENET_STD
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,8 +81,9 @@ def run(net, loader, opt=None, sched=None) -> tuple[float, float, float]:
     return loss_sum / n, right / total, exact / n
 
 
+@report_user_errors  # a bad argument or file: one line on stderr, exit status 2
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="the torchvision weights file to write")
     p.add_argument("--encoder", default="resnet50")
     p.add_argument("--epochs", type=int, default=4)
@@ -98,7 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
     train = Labelled([r for r in records if r.split == "train"], size)
     val = Labelled([r for r in records if r.split == "val"], size)
     if not len(train):
-        raise SystemExit("no training records with ground-truth objects: this needs the built-in data")
+        raise UserError("no training records with ground-truth objects: this needs the built-in data")
     torch.manual_seed(args.seed)
     net = ENCODERS[args.encoder].builder(weights=None)
     net.fc = torch.nn.Linear(net.fc.in_features, len(LABELS))  # the attribute head

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from captioning.data.references import load_references
+from captioning.errors import ArgumentParser, UserError, report_user_errors
 from captioning.metrics.report import format_table, score_captions
 
 
+@report_user_errors  # a bad argument or file: one line on stderr, exit status 2
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("predictions", help="COCO results format JSON")
     p.add_argument("references", help="Karpathy-split JSON or COCO captions annotations")
     p.add_argument("--split", default=None, help="Karpathy split to read references from (all if unset)")
@@ -25,14 +26,18 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--no-meteor", action="store_true", help="skip METEOR (Java)")
     p.add_argument("--json", default=None, help="write the metrics here too")
     args = p.parse_args(argv)
-    with open(args.predictions) as f:
-        preds = json.load(f)
-    if not isinstance(preds, list) or not all({"image_id", "caption"} <= set(x) for x in preds):
-        sys.exit(f"{args.predictions}: expected a list of {{'image_id', 'caption'}} objects")
+    try:
+        with open(args.predictions) as f:
+            preds = json.load(f)
+    except json.JSONDecodeError as err:
+        raise UserError(f"{args.predictions} is not JSON ({err}); expected the COCO results format") from None
+    if not isinstance(preds, list) or not all(isinstance(x, dict) and {"image_id", "caption"} <= set(x)
+                                              for x in preds):
+        raise UserError(f"{args.predictions}: expected a list of {{'image_id', 'caption'}} objects")
     texts, tokens = load_references(args.references, args.split)
     hyps = {x["image_id"]: x["caption"] for x in preds}
     if len(hyps) != len(preds):
-        sys.exit(f"{args.predictions}: {len(preds) - len(hyps)} duplicate image_id entries")
+        raise UserError(f"{args.predictions}: {len(preds) - len(hyps)} duplicate image_id entries")
     metrics, tokenization = score_captions(hyps, texts, tokens, "", args.tokenizer, not args.no_meteor)
     print(format_table(metrics, tokenization, prefix=""))
     print(f"{len(hyps)} images scored against {args.references}")

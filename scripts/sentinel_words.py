@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 
+from captioning.errors import ArgumentParser, UserError, report_user_errors
 from captioning.evaluation import decode_split
 from captioning.metrics.sentinel import sentinel_by_word
 
 
+@report_user_errors  # a bad argument or file: one line on stderr, exit status 2
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint")
     p.add_argument("--split", default="test")
     p.add_argument("--beam-size", type=int, default=None, help="default: the checkpoint's decode.beam_size")
@@ -24,7 +26,7 @@ def main(argv: list[str] | None = None) -> dict:
     predictor, _, captions, _ = decode_split(args.checkpoint, args.split, {"beam_size": args.beam_size})
     if predictor.cfg["attention"]["name"] != "adaptive":
         name = predictor.cfg["attention"]["name"]
-        raise SystemExit(f"{args.checkpoint} was trained with attention={name}: only "
+        raise UserError(f"{args.checkpoint} was trained with attention={name}: only "
                          "attention=adaptive has a visual sentinel")
     out = sentinel_by_word([(c.words, c.weights) for c in captions])
     print("| word class | mean sentinel weight | words |\n|---|---:|---:|")

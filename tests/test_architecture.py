@@ -13,6 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "captioning"
 LAYERS = {
     "provenance": 0,  # fingerprints and the code version: standard library only
     "errors": 0,  # UserError and the command-line wrapper: standard library only
+    "paths": 0,  # where the configs are (installed or a checkout): standard library only
     "cpu": 1,  # the CPU float setting of every entry point: torch only
     "models": 1,  # torch / torchvision only
     "data": 2,  # readers, feature cache, vocabulary (uses models: encoder, normaliser)
@@ -25,6 +26,8 @@ LAYERS = {
     "inference": 6,
     "lit": 7,  # the only layer that imports pytorch_lightning
     "compare": 8,
+    "cli": 9,  # the training command (train.py, captioning-train, python -m captioning)
+    "__main__": 9,
 }
 
 

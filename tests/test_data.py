@@ -13,7 +13,7 @@ from captioning.data.karpathy import load_karpathy
 from captioning.data.prepare import prepare_data
 
 ENC = {"name": "resnet18", "image_size": 64, "batch_size": 4, "num_workers": 0,
-       "normalize": "standard"}
+       "normalize": "standard", "pca_dim": None, "whiten_eps": 0.1}
 
 
 @pytest.fixture

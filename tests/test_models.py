@@ -190,7 +190,7 @@ def test_normaliser_stays_finite_on_a_channel_dead_in_training(method):
     torch.manual_seed(0)
     train = torch.randn(500, 8) * torch.linspace(0.5, 3, 8)
     train[:, 3] = 0.0  # dead on every training position
-    mean, transform = fit_normalizer(train, method, eps=0.1)
+    mean, transform = fit_normalizer(train, method, None, eps=0.1)
     norm = FeatureNormalizer(8, transform.shape[1])
     norm.mean.copy_(mean)
     norm.transform.copy_(transform)

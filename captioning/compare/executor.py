@@ -9,7 +9,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-LAUNCHER_CONF = Path(__file__).resolve().parents[2] / "conf" / "hydra" / "launcher" / "slurm.yaml"
+from ..paths import conf_dir
+
+LAUNCHER_CONF = conf_dir() / "hydra" / "launcher" / "slurm.yaml"
 # The launcher's key -> submitit's AutoExecutor parameter (the rest keep their names).
 RENAMED = {"partition": "slurm_partition", "account": "slurm_account"}
 EXECUTORS = ("local", "slurm", "debug")

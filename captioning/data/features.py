@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,24 +15,39 @@ import torch
 from torch.utils.data import DataLoader, Subset
 from tqdm import tqdm
 
+from ..errors import UserError
 from ..models.encoder import ResNetEncoder, autocast_dtype, encoder_dim
-from ..provenance import fingerprint
+from ..provenance import cpu_kind, fingerprint
 from .images import MAX_PIXELS, ImageFiles
-from .store import FeatureStore, LazyFeatures
+from .store import FeatureStore, LazyFeatures, adopt_store, is_complete
 
 log = logging.getLogger(__name__)
 
 
-def extraction_dtype(device: torch.device) -> torch.dtype:
-    """bf16 autocast on GPUs and AMX CPUs (faster there), fp32 elsewhere."""
-    return autocast_dtype(device)
+def extraction_dtype(device: torch.device, precision: str = "auto") -> torch.dtype:
+    """`encoder.precision` on `device`: forced, or auto (bf16 on GPUs and AMX CPUs, else fp32)."""
+    return autocast_dtype(device, precision)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """`encoder.device`: auto = the GPU when there is one."""
+    """`encoder.device`, the scripts' `device=`: auto = the GPU when there is one (training's
+    `trainer.accelerator=auto` rule), else cpu; or cpu, cuda, cuda:N, as torch names them. A name
+    torch does not know, or a GPU that is not there, is a UserError saying so."""
     if str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        where = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise UserError(f"device={device!r} is not a device name; use auto, cpu, cuda or cuda:N") from None
+    if where.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device={device} but torch sees no CUDA GPU here; use device=cpu or auto")
+    if where.type == "cuda" and where.index is not None and where.index >= torch.cuda.device_count():
+        raise UserError(f"device={device} but this machine has {torch.cuda.device_count()} GPU(s)")
+    return where
 
 
 @torch.inference_mode()
@@ -41,31 +57,69 @@ def extract_features(
     batch_size: int = 64,
     num_workers: int = 1,
     device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
 ) -> Iterator[tuple[np.ndarray, list[str]]]:
     """Yield per batch the encoder features (B, N, C) as float16 and per image "" or why it
-    was skipped; nothing but the current batch is held."""
+    was skipped; nothing but the current batch is held. `dtype`: the autocast precision
+    (None: the device's auto rule)."""
     device = torch.device(device)
     encoder = encoder.eval().to(device).to(memory_format=torch.channels_last)
-    dtype = extraction_dtype(device)
+    dtype = dtype or extraction_dtype(device)
     for images, why in DataLoader(files, batch_size=batch_size, num_workers=num_workers):
         images = images.to(device).float().div_(255)
         with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
             yield encoder(images).to(torch.float16).cpu().numpy(), list(why)
 
 
+def image_fingerprint(paths: list[Path], root: Path | None) -> str:
+    """The images a store holds, in order: each file's path relative to the image root (so the
+    folder can move) and its size in bytes (a replaced file is noticed; None: missing now)."""
+    items = []
+    for path in paths:
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            size = None
+        name = os.path.relpath(path, root) if root else str(path)
+        items.append([name.replace(os.sep, "/"), size])
+    return fingerprint(items)
+
+
 def open_store(cache_dir: str | Path, key_parts: dict, paths: list[Path], enc_cfg: dict,
-               max_pixels: int = MAX_PIXELS, root: Path | None = None) -> FeatureStore:
-    """The dataset's store (created empty, or as far as an earlier run got), keyed by
-    everything that determines its rows."""
-    device = resolve_device(enc_cfg.get("device", "auto"))
-    spec = {**key_parts, "paths": fingerprint([str(p) for p in paths]), "size": enc_cfg["image_size"],
-            "max_pixels": max_pixels, "root": str(root) if root else None,
-            "precision": str(extraction_dtype(device)).removeprefix("torch."),
-            # the batch fixes the float summation order: part of what the rows are
-            "batch_size": enc_cfg.get("batch_size", 64)}
+               max_pixels: int = MAX_PIXELS, root: Path | None = None,
+               legacy: dict | None = None) -> FeatureStore:
+    """The dataset's store (created empty, or as far as an earlier run got), keyed by what
+    determines its rows: the images (image_fingerprint), `key_parts` (encoder, weights), the
+    image size, the pixel limit and the extraction precision. Not by the captions, the splits or
+    where the folder is. With `encoder.precision=auto`, a complete store of the other precision
+    (made on a GPU, say) is reused with a note; a forced precision extracts its own.
+    `legacy`: the parts of the old key (dataset file, its mtime, format) whose stores are
+    adopted (renamed under the new key), never rebuilt."""
+    asked = enc_cfg.get("precision", "auto")
+    want = dtype_name(extraction_dtype(resolve_device(enc_cfg.get("device", "auto")), asked))
+    base = {**key_parts, "images": image_fingerprint(paths, root), "size": enc_cfg["image_size"],
+            "max_pixels": max_pixels}
+    specs = {p: {**base, "precision": p} for p in ("float32", "bfloat16")}
+    dirs = {p: Path(cache_dir) / f"store_{fingerprint(spec, length=16)}" for p, spec in specs.items()}
+    if legacy is not None:
+        for p in specs:
+            old = {**legacy, **key_parts, "paths": fingerprint([str(x) for x in paths]),
+                   "size": enc_cfg["image_size"], "max_pixels": max_pixels,
+                   "root": str(root) if root else None, "precision": p,
+                   "batch_size": enc_cfg.get("batch_size", 64)}
+            adopt_store(Path(cache_dir) / f"store_{fingerprint(old, length=16)}", dirs[p], old, specs[p])
+    other = "float32" if want == "bfloat16" else "bfloat16"
+    if asked == "auto" and not is_complete(dirs[want]) and is_complete(dirs[other]):
+        log.info("features: reusing %s, extracted in %s (this machine would extract in %s; "
+                 "encoder.precision=%s extracts its own)", dirs[other], other, want,
+                 "bf16" if want == "bfloat16" else "fp32")
+        want = other
     cells = math.ceil(enc_cfg["image_size"] / 32) ** 2  # every ResNet stage rounds up when halving
-    return FeatureStore.open_or_create(Path(cache_dir) / f"store_{fingerprint(spec, length=16)}",
-                                       spec, len(paths), cells, encoder_dim(enc_cfg["name"]))
+    # How it was built, recorded but not keyed: the batch changes float sums in the last bits only.
+    built = {"batch_size": enc_cfg.get("batch_size", 64), "machine": cpu_kind(),
+             "torch": torch.__version__}
+    return FeatureStore.open_or_create(dirs[want], specs[want], len(paths), cells,
+                                       encoder_dim(enc_cfg["name"]), built=built)
 
 
 def stored_features(
@@ -76,10 +130,11 @@ def stored_features(
     enc_cfg: dict,
     max_pixels: int = MAX_PIXELS,
     root: Path | None = None,
+    legacy: dict | None = None,
 ) -> tuple[LazyFeatures, list[str]]:
     """The dataset's features from its store (extracting the rows that are not done yet).
     -> (lazily memory-mapped (rows, N, C) float16 features, per row "" or why it was skipped)."""
-    store = open_store(cache_dir, key_parts, paths, enc_cfg, max_pixels, root)
+    store = open_store(cache_dir, key_parts, paths, enc_cfg, max_pixels, root, legacy)
     if not store.complete:
         _extract_into(store, encoder_factory(), paths, enc_cfg, max_pixels, root)
     else:
@@ -89,15 +144,17 @@ def stored_features(
 
 def _extract_into(store: FeatureStore, encoder: ResNetEncoder, paths: list[Path], enc_cfg: dict,
                   max_pixels: int, root: Path | None) -> None:
-    device = resolve_device(enc_cfg.get("device", "auto"))  # as open_store keyed the precision
+    device = resolve_device(enc_cfg.get("device", "auto"))
+    dtype = getattr(torch, store.manifest["spec"]["precision"])  # the precision the store is keyed by
     start, total = store.rows_done, len(paths)
     if start:
         log.info("features: resuming %s: %d of %d rows already done", store.root, start, total)
     else:
-        log.info("features: extracting %d images on %s -> %s", total, device, store.root)
+        log.info("features: extracting %d images on %s in %s -> %s", total, device, dtype_name(dtype),
+                 store.root)
     files = ImageFiles(paths, enc_cfg["image_size"], max_pixels, root)
     batches = extract_features(encoder, Subset(files, range(start, total)),
-                               enc_cfg.get("batch_size", 64), enc_cfg.get("num_workers", 1), device)
+                               enc_cfg.get("batch_size", 64), enc_cfg.get("num_workers", 1), device, dtype)
     # A progress bar with rate and ETA, like Lightning's; plus one log line at the end.
     began = time.perf_counter()
     with tqdm(total=total, initial=start, unit="img", desc="features", dynamic_ncols=True) as bar:

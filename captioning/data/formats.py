@@ -17,6 +17,7 @@ import csv
 import json
 from pathlib import Path
 
+from ..errors import UserError
 from .karpathy import (
     SPLITS,
     ImageRecord,
@@ -35,7 +36,7 @@ def load_records(path: str | Path, image_root: str | Path | None, fmt: str = "ka
                  split_file: str | None = None, split: str | None = None) -> list[ImageRecord]:
     """Records of a dataset file in any supported format (see the module docstring)."""
     if fmt not in FORMATS:
-        raise ValueError(f"unknown data.format '{fmt}'; valid: {', '.join(FORMATS)}")
+        raise UserError(f"unknown data.format '{fmt}'; valid: {', '.join(FORMATS)}")
     if fmt == "karpathy":
         return load_karpathy(path, image_root)
     path = Path(path)
@@ -54,24 +55,26 @@ def load_records(path: str | Path, image_root: str | Path | None, fmt: str = "ka
 def _coco(path: Path, split_file: str | None, split: str | None) -> list[tuple]:
     data = json.loads(path.read_text())
     if "annotations" not in data or "images" not in data:
-        raise ValueError(f"{path} is not a COCO captions file (needs 'images' and 'annotations')")
+        raise UserError(f"{path} is not a COCO captions file (needs 'images' and 'annotations')")
     if (split_file is None) == (split is None):
-        raise ValueError("data.format=coco needs exactly one of data.split_file (a Karpathy JSON "
+        raise UserError("data.format=coco needs exactly one of data.split_file (a Karpathy JSON "
                          "giving each image's split) or data.split (one split for the whole file)")
+    # Every split the split file gives an image (one, unless the file lists it twice: then the
+    # image appears once per split, and the dataset checks refuse a train/val or train/test one).
     by_id: dict = {}
     if split_file:
         for img in read_karpathy(split_file):
-            by_id[img.get("cocoid", img["filename"])] = split_of(img)
-            by_id[img["filename"]] = split_of(img)
+            for key in (img.get("cocoid", img["filename"]), img["filename"]):
+                by_id.setdefault(key, []).append(split_of(img))
     captions: dict = {}
     for a in data["annotations"]:
         captions.setdefault(a["image_id"], []).append(a["caption"])
     out = []
     for img in data["images"]:
-        s = split or by_id.get(img["id"], by_id.get(Path(img["file_name"]).name))
-        if s is None:
-            raise ValueError(f"{path}: image {img['id']} ({img['file_name']}) is not in {split_file}")
-        out.append((img["file_name"], s, img["id"], captions.get(img["id"], [])))
+        splits = [split] if split else by_id.get(img["id"], by_id.get(Path(img["file_name"]).name))
+        if not splits:
+            raise UserError(f"{path}: image {img['id']} ({img['file_name']}) is not in {split_file}")
+        out += [(img["file_name"], s, img["id"], captions.get(img["id"], [])) for s in dict.fromkeys(splits)]
     return out
 
 
@@ -79,7 +82,7 @@ def _csv_rows(path: Path) -> list[dict]:
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     if rows and not {"image", "caption"} <= set(rows[0]):
-        raise ValueError(f"{path}: the header must name the columns image,caption[,split]; "
+        raise UserError(f"{path}: the header must name the columns image,caption[,split]; "
                          f"got {list(rows[0])}")
     return rows
 
@@ -91,7 +94,7 @@ def _jsonl_rows(path: Path) -> list[dict]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{n} is not a JSON object ({err})") from err
+                raise UserError(f"{path}:{n} is not a JSON object ({err})") from err
     return rows
 
 
@@ -100,14 +103,14 @@ def _group(rows: list[dict], path: Path) -> list[tuple]:
     images: dict[str, tuple] = {}
     for n, row in enumerate(rows, 1):
         if "image" not in row or "caption" not in row:
-            raise ValueError(f"{path}: row {n} needs 'image' and 'caption'")
+            raise UserError(f"{path}: row {n} needs 'image' and 'caption'")
         s = row.get("split") or None
         if s not in SPLITS:
-            raise ValueError(f"{path}: row {n} has split {s!r}; give a split column: {', '.join(SPLITS)}")
+            raise UserError(f"{path}: row {n} has split {s!r}; give a split column: {', '.join(SPLITS)}")
         name = row["image"]
         entry = images.setdefault(name, (name, s, name, []))
         if entry[1] != s:
-            raise ValueError(f"{path}: row {n} puts {name} in {s}, an earlier row in {entry[1]}")
+            raise UserError(f"{path}: row {n} puts {name} in {s}, an earlier row in {entry[1]}")
         entry[3].append(row["caption"])
     return list(images.values())
 

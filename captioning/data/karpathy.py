@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import UserError
 from .vocab import tokenize
 
 SPLITS = ("train", "val", "test")
@@ -66,7 +67,7 @@ def read_karpathy(json_path: str | Path) -> list[dict]:
     try:
         return json.loads(json_path.read_text())["images"]
     except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise ValueError(f"{json_path} is not a Karpathy-split JSON (needs 'images'): {err}") from err
+        raise UserError(f"{json_path} is not a Karpathy-split JSON (needs 'images'): {err}") from err
 
 
 def image_root_of(json_path: str | Path, image_root: str | Path | None = None) -> Path:
@@ -102,7 +103,7 @@ def load_karpathy(json_path: str | Path, image_root: str | Path | None = None) -
     for i, img in enumerate(images):
         split = split_of(img)
         if split not in SPLITS:
-            raise ValueError(f"{json_path}: images[{i}] has split {img.get('split')!r}")
+            raise UserError(f"{json_path}: images[{i}] has split {img.get('split')!r}")
         records.append(make_record(root / img.get("filepath", "") / img["filename"], split,
                                    image_id_of(img), img.get("sentences", []), img.get("objects", [])))
     return records

@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..errors import UserError
 from ..models.encoder import ResNetEncoder, build_encoder
 from ..models.normalizer import FeatureNormalizer, fit_normalizer
-from .checks import check_files
+from .checks import check_files, check_splits
 from .features import open_store, stored_features
 from .formats import load_records
 from .images import MAX_PIXELS
@@ -57,7 +58,7 @@ def resolve_json(data_cfg: dict) -> tuple[Path, Path | None]:
     if data_cfg.get("synthetic"):
         return generate(data_cfg["root"], SyntheticConfig(**data_cfg["synthetic"])), None
     if not data_cfg.get("json_path"):
-        raise ValueError(f"data.json_path is not set for data={data_cfg.get('name')}")
+        raise UserError(f"data.json_path is not set for data={data_cfg.get('name')}")
     root = data_cfg.get("image_root")
     return Path(data_cfg["json_path"]), Path(root) if root else None
 
@@ -80,21 +81,24 @@ class Located:
     file_problems: dict[str, list[str]]  # captioning.data.checks.file_problems
 
 
-def locate_dataset(data_cfg: dict, enc_cfg: dict) -> Located:
+def locate_dataset(data_cfg: dict, enc_cfg: dict, training: bool = False) -> Located:
     """Read the dataset file and run the checks that need no decoding (a dataset none of whose
-    images exists fails here, before any extraction)."""
+    images exists fails here, before any extraction; for `training`, one whose val or test
+    split shares images with train too)."""
     records, json_path, root = load_dataset_records(data_cfg)
     problems = check_files(records, root)
+    if training:
+        check_splits(records, data_cfg.get("split_file") or str(json_path))
     encoder = build_encoder(enc_cfg)
-    key = {
-        "dataset": str(json_path.resolve()),
-        "dataset_mtime": json_path.stat().st_mtime_ns,
-        "format": data_cfg.get("format", "karpathy"),
-        "encoder": enc_cfg["name"],
-        "weights": encoder.weights_id,
-    }
+    # The store's key: the images (relative to `root`, with their sizes), encoder and weights,
+    # size and precision (features.open_store); `legacy`: the key stores were made under before
+    # (the dataset file's absolute path and mtime), adopted without re-extraction.
+    key = {"encoder": enc_cfg["name"], "weights": encoder.weights_id}
+    legacy = {"dataset": str(json_path.resolve()), "dataset_mtime": json_path.stat().st_mtime_ns,
+              "format": data_cfg.get("format", "karpathy")}
     args = {"cache_dir": data_cfg["cache_dir"], "key_parts": key, "paths": [r.path for r in records],
-            "enc_cfg": enc_cfg, "max_pixels": data_cfg.get("max_image_pixels", MAX_PIXELS), "root": root}
+            "enc_cfg": enc_cfg, "max_pixels": data_cfg.get("max_image_pixels", MAX_PIXELS), "root": root,
+            "legacy": legacy}
     return Located(records, encoder, args, problems)
 
 
@@ -137,17 +141,18 @@ def preparing(cache_dir: str | Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def load_records_and_features(data_cfg: dict, enc_cfg: dict):
+def load_records_and_features(data_cfg: dict, enc_cfg: dict, training: bool = False):
     """Records, raw features and reasons (locate_dataset, then read_features), prepared by one
     process at a time (`preparing`): with a cold cache the first builds, the rest load."""
     with preparing(data_cfg.get("cache_dir") or "data/cache"):
-        located = locate_dataset(data_cfg, enc_cfg)
+        located = locate_dataset(data_cfg, enc_cfg, training)
         return (located.records, *read_features(located))
 
 
-def load_features(data_cfg: dict, enc_cfg: dict) -> PreparedData:
-    """Records and raw features; unusable images are left out and reported by name."""
-    records, feats, reasons = load_records_and_features(data_cfg, enc_cfg)
+def load_features(data_cfg: dict, enc_cfg: dict, training: bool = False) -> PreparedData:
+    """Records and raw features; unusable images are left out and reported by name. `training`:
+    refuse splits that share images with train (locate_dataset)."""
+    records, feats, reasons = load_records_and_features(data_cfg, enc_cfg, training)
     skipped = [(str(r.path), why) for r, why in zip(records, reasons) if why]
     empty = sum(r.empty_captions for r in records)
     if skipped:
@@ -165,10 +170,10 @@ def load_features(data_cfg: dict, enc_cfg: dict) -> PreparedData:
 def prepare_data(data_cfg: dict, enc_cfg: dict) -> PreparedData:
     """load_features, then the vocabulary from the training captions and the normaliser
     fitted on training features."""
-    data = load_features(data_cfg, enc_cfg)
+    data = load_features(data_cfg, enc_cfg, training=True)
     train = data.split_indices("train")
     if not train:
-        raise ValueError("the dataset has no readable training images")
+        raise UserError("the dataset has no readable training images")
     data.vocab = Vocabulary.build(
         (c for i in train for c in data.records[i].captions), data_cfg.get("min_word_freq", 1)
     )
@@ -186,8 +191,6 @@ def _fit(data: PreparedData, train: list[int], data_cfg: dict, enc_cfg: dict) ->
     rows = data.rows[np.asarray(train)[image]]
     sample = torch.from_numpy(np.asarray(data.features[rows, cell]))  # (<= FIT_ROWS, C)
     mean, transform = fit_normalizer(
-        sample, enc_cfg.get("normalize", "pca_whiten"), enc_cfg.get("pca_dim"),
-        enc_cfg.get("whiten_eps", 0.0),
-    )
+        sample, enc_cfg["normalize"], enc_cfg["pca_dim"], enc_cfg["whiten_eps"])
     blind = data_cfg.get("blind", False)
     return FeatureNormalizer(transform.shape[0], transform.shape[1], blind).set(mean, transform)

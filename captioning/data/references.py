@@ -7,6 +7,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from ..errors import UserError
 from .karpathy import image_id_of, sentence_text, sentence_tokens, split_of
 from .vocab import tokenize
 
@@ -14,8 +15,12 @@ from .vocab import tokenize
 def load_references(path: str | Path, split: str | None = None) -> tuple[dict, dict]:
     """-> ({image_id: [text]}, {image_id: [tokens]}): texts for coco-caption (its own
     tokenisation), tokens for nltk BLEU. `split` filters a Karpathy JSON (all when None)."""
-    with open(path) as f:
-        data = json.load(f)
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path} is not JSON ({err}): give a Karpathy-split JSON or a COCO captions "
+                        "file") from None
     texts: dict = defaultdict(list)
     tokens: dict = defaultdict(list)
     if "annotations" in data:
@@ -30,6 +35,6 @@ def load_references(path: str | Path, split: str | None = None) -> tuple[dict, d
             texts[key] = [sentence_text(s) for s in img["sentences"]]
             tokens[key] = [sentence_tokens(s) for s in img["sentences"]]
     else:
-        raise ValueError(f"{path}: neither a Karpathy-split JSON (images[].sentences) nor a COCO "
+        raise UserError(f"{path}: neither a Karpathy-split JSON (images[].sentences) nor a COCO "
                          "captions file (annotations[].caption)")
     return dict(texts), dict(tokens)

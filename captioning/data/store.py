@@ -3,8 +3,9 @@ and read row by row, so neither extraction nor training ever holds the dataset i
 
 Layout (one directory per store, named by a fingerprint of everything that determines it):
     features.npy   (rows, N, C) float16, preallocated with np.lib.format.open_memmap
-    manifest.json  what the rows are (encoder, weights, image size, grid, width, dtype,
-                   extraction precision, format version) and how many are complete
+    manifest.json  what the rows are (`spec`: the images, encoder, weights, image size,
+                   extraction precision; grid, width, dtype, format version), how they were
+                   built (`built`: batch size, machine, torch) and how many are complete
     skipped.json   {row: why} for images that could not be used
 
 Why one preallocated .npy and not shards: a row's place is fixed before extraction starts, so
@@ -40,14 +41,14 @@ def _write_json_atomic(path: Path, obj) -> None:
 class LazyFeatures:
     """Read-only view of a store's features.npy, memory-mapped on first use in each process.
     Pickling sends the path, never a handle or the data, so DataLoader workers (fork or spawn)
-    each open their own map."""
+    each open their own map. `precision`: the autocast precision the rows were extracted in."""
 
-    def __init__(self, path: Path, shape: tuple[int, ...]) -> None:
-        self.path, self.shape = Path(path), tuple(shape)
+    def __init__(self, path: Path, shape: tuple[int, ...], precision: str | None = None) -> None:
+        self.path, self.shape, self.precision = Path(path), tuple(shape), precision
         self._array: np.ndarray | None = None
 
     def __getstate__(self) -> dict:
-        return {"path": self.path, "shape": self.shape, "_array": None}
+        return {"path": self.path, "shape": self.shape, "precision": self.precision, "_array": None}
 
     @property
     def array(self) -> np.ndarray:
@@ -80,9 +81,11 @@ class FeatureStore:
         return self.rows_done == self.manifest["rows"]
 
     @classmethod
-    def open_or_create(cls, root: Path, spec: dict, rows: int, cells: int, dim: int) -> FeatureStore:
+    def open_or_create(cls, root: Path, spec: dict, rows: int, cells: int, dim: int,
+                       built: dict | None = None) -> FeatureStore:
         """An existing store that matches `spec` (resumed where it stopped), else a new one.
-        `spec` = everything that determines the features (encoder, weights, size, paths ...)."""
+        `spec` = everything that determines the features (encoder, weights, size, images ...);
+        `built` = how a new one is made (recorded, not checked)."""
         root = Path(root)
         expected = {"format_version": FORMAT_VERSION, "spec": spec, "rows": rows,
                     "shape": [rows, cells, dim], "dtype": "float16"}
@@ -104,7 +107,7 @@ class FeatureStore:
         root.mkdir(parents=True, exist_ok=True)
         np.lib.format.open_memmap(root / "features.npy", mode="w+", dtype=np.float16,
                                   shape=(rows, cells, dim)).flush()
-        store = cls(root, {**expected, "rows_done": 0})
+        store = cls(root, {**expected, "built": built or {}, "rows_done": 0})
         _write_json_atomic(root / "skipped.json", {})
         _write_json_atomic(manifest_path, store.manifest)
         return store
@@ -147,4 +150,37 @@ class FeatureStore:
         return [self._skipped.get(i, "") for i in range(self.manifest["rows"])]
 
     def features(self) -> LazyFeatures:
-        return LazyFeatures(self.features_path, self.manifest["shape"])
+        return LazyFeatures(self.features_path, self.manifest["shape"],
+                            self.manifest["spec"].get("precision"))
+
+
+def is_complete(root: Path) -> bool:
+    """Whether `root` holds a store whose manifest counts every row done."""
+    try:
+        manifest = json.loads((Path(root) / "manifest.json").read_text())
+        return manifest["rows_done"] == manifest["rows"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def adopt_store(old_root: Path, new_root: Path, old_spec: dict, new_spec: dict) -> bool:
+    """Move a store made under an earlier key to its name under today's (no re-extraction): only
+    when `old_root`'s manifest holds `old_spec` and nothing is at `new_root` yet. The manifest is
+    rewritten first (atomically), then the directory renamed; a kill between the two leaves a
+    manifest with `new_spec` under the old name, which the next call renames."""
+    old_root, new_root = Path(old_root), Path(new_root)
+    if new_root.exists() or not (old_root / "manifest.json").is_file():
+        return False
+    try:
+        manifest = json.loads((old_root / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
+    if manifest.get("spec") == old_spec:
+        manifest.update(spec=new_spec, adopted_from={"name": old_root.name, "spec": old_spec})
+        _write_json_atomic(old_root / "manifest.json", manifest)
+    elif manifest.get("spec") != new_spec:
+        return False
+    old_root.rename(new_root)
+    log.info("features: adopted store %s under its new key as %s (no re-extraction)",
+             old_root.name, new_root.name)
+    return True

@@ -17,6 +17,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 from tqdm import tqdm
 
+from ..errors import UserError
 from ..provenance import fingerprint
 
 COLOURS = {
@@ -82,9 +83,9 @@ class SyntheticConfig:
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_objects <= 9:
-            raise ValueError(f"data.max_objects must be in 1..9, got {self.max_objects}")
+            raise UserError(f"data.max_objects must be in 1..9, got {self.max_objects}")
         if self.image_size < 48:
-            raise ValueError(f"data.image_size must be >= 48 pixels, got {self.image_size}")
+            raise UserError(f"data.image_size must be >= 48 pixels, got {self.image_size}")
 
     def key(self) -> str:
         """Short hash of every parameter plus the generator version."""

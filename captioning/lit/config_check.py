@@ -21,23 +21,36 @@ import hydra
 import pytorch_lightning as pl
 import torch
 from omegaconf import OmegaConf
+from pytorch_lightning.plugins import CheckpointIO
 
 from ..errors import UserError
 from ..models.attention import cross_attention_modules
 from ..models.captioner import build_captioner
-from ..models.encoder import ENCODERS, encoder_dim, find_weights
+from ..models.encoder import ENCODERS, PRECISIONS, encoder_dim, find_weights
 from ..models.refiner import REFINERS
+from ..paths import conf_dir
 from ..provenance import flatten, get_dotted
 from ..visualize import SCALES
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = conf_dir()
 
 # Keys of ours under `trainer:` (popped before pytorch_lightning.Trainer is built).
 OWN_TRAINER_KEYS = {"nan_policy": "stop | skip", "nan_max_in_row": "skip at most this many in a row",
                     "matmul_precision": "torch.set_float32_matmul_precision"}
 
 # Sections whose content is a plug-in's own kwargs: not checked against the shipped keys.
-EXTENSION_POINTS = ("logger", "hydra", "compare.slurm")
+EXTENSION_POINTS = ("logger", "callbacks", "hydra", "compare.slurm")
+
+# Trainer arguments that build_trainer sets itself: a value in the config would be overwritten,
+# so each is refused with where the setting lives instead (trainer.plugins is honoured: see
+# plugin_problems).
+TRAINER_OWNED = {
+    "callbacks": "callbacks are a config group of their own, merged with the run's checkpoint, "
+                 "early-stopping and logging callbacks: callbacks=<name> (conf/callbacks/) or "
+                 "+callbacks.<name>._target_=<class> (README: Callbacks)",
+    "logger": "loggers come from the logger group: logger=wandb|csv|tensorboard|all|none, or "
+              "+logger.<name>._target_=<class> for another one",
+}
 
 # Bytes per stored feature value (float16); per trainable parameter in a full-state checkpoint
 # (float32 weights + AdamW's two moments) and per buffer value (the normaliser's, float32).
@@ -191,6 +204,7 @@ RULES = [
     ("encoder.crop_scale", lambda v: len(v) == 2 and 0 < v[0] <= v[1] <= 1,
      "[low, high] with 0 < low <= high <= 1"),
     ("encoder.batch_size", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+    ("encoder.precision", lambda v: v in PRECISIONS, " | ".join(PRECISIONS)),
     ("encoder.num_workers", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0"),
     ("checkpoint.every_n_steps", lambda v: isinstance(v, int) and v >= 0,
      "an integer >= 0 (0: at epoch ends only)"),
@@ -203,8 +217,53 @@ RULES = [
 ]
 
 
-def bad_values(cfg: dict) -> list[str]:
+def trainer_problems(cfg: dict) -> list[str]:
+    """`trainer.*` keys that build_trainer would silently overwrite, and plug-ins it cannot take."""
+    trainer = cfg.get("trainer") or {}
+    problems = [f"trainer.{key}: set by the run itself, so this value would be ignored; {where}"
+                for key, where in TRAINER_OWNED.items() if trainer.get(key) is not None]
+    if trainer.get("use_distributed_sampler"):
+        problems.append("trainer.use_distributed_sampler=true: the data module shards the training "
+                        "set by rank itself (data/sampler.py: one shuffled order per epoch, the same "
+                        "on every process, so resume and DDP stay exact); Lightning's sampler would "
+                        "replace it. Leave it unset (false)")
+    plugins = trainer.get("plugins")
+    for i, plugin in enumerate(plugins if isinstance(plugins, list) else [plugins] if plugins else []):
+        target = plugin.get("_target_") if isinstance(plugin, dict) else None
+        cls = _object(target) if target else None
+        if not isinstance(cls, type):
+            problems.append(f"trainer.plugins[{i}]: needs a _target_ naming a Lightning plugin class "
+                            f"(got {plugin!r})")
+        elif issubclass(cls, CheckpointIO):
+            problems.append(f"trainer.plugins[{i}]={target}: checkpoints are written by the run's own "
+                            "CheckpointIO (atomic: a kill mid-write keeps the previous file), which "
+                            "this would replace; remove it")
+    return problems
+
+
+def callback_problems(cfg: dict) -> list[str]:
+    """Every `callbacks.<name>` names a pytorch_lightning Callback (null entries are switched off)."""
     problems = []
+    for name, spec in (cfg.get("callbacks") or {}).items():
+        if spec is None:
+            continue
+        target = spec.get("_target_") if isinstance(spec, dict) else None
+        cls = _object(target) if target else None
+        if not (isinstance(cls, type) and issubclass(cls, pl.Callback)):
+            problems.append(f"callbacks.{name}: needs a _target_ naming a pytorch_lightning Callback "
+                            f"class (got {target or spec!r}); see conf/callbacks/ for examples")
+    return problems
+
+
+def _object(target: str):
+    try:
+        return hydra.utils.get_object(target)
+    except (ImportError, ValueError, AttributeError):
+        return None
+
+
+def bad_values(cfg: dict) -> list[str]:
+    problems = trainer_problems(cfg) + callback_problems(cfg)
     for key, ok, must in RULES:
         value = get_dotted(cfg, key)
         if value is None:

@@ -21,7 +21,6 @@ from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_only
 
 from ..cpu import flush_denormals
-from ..data.features import extraction_dtype, resolve_device
 from ..models.attention import cross_attention_modules
 from ..models.captioner import resolved_attention
 from ..provenance import config_hash, cpu_kind, flatten, git_commit
@@ -112,6 +111,8 @@ def train(cfg: DictConfig) -> dict:
     callbacks = [*checkpoints, RNGState(), throughput, media, EpochLine(best_checkpoint)]
     if loggers:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
+    # The callbacks group (conf/callbacks/): the user's own, after ours; null entries are off.
+    callbacks += [hydra.utils.instantiate(spec) for spec in (plain.get("callbacks") or {}).values() if spec]
     stop = plain.get("early_stopping") or {}
     if stop.get("patience") is not None:
         callbacks.append(EarlyStopping(monitor=best_checkpoint.monitor, mode=best_checkpoint.mode,
@@ -152,9 +153,9 @@ def train(cfg: DictConfig) -> dict:
         # per CPU kind *and* thread count.
         threads=torch.get_num_threads(),
         accelerator=_device_name(trainer.strategy.root_device),
-        # The precision the cached features were extracted in (the store is keyed by it).
-        feature_precision=str(extraction_dtype(resolve_device(plain["encoder"].get("device", "auto"))))
-        .removeprefix("torch."),
+        # The precision the stored features were extracted in (the store is keyed by it; with
+        # encoder.precision=auto a store of the other precision may have been reused).
+        feature_precision=datamodule.data.features.precision,
         # The captioning model's own weights: decoder and key-side refiner (not the encoder).
         params=sum(p.numel() for m in (module.model.decoder, module.model.refiner) if m is not None
                    for p in m.parameters()),
@@ -172,6 +173,11 @@ def train(cfg: DictConfig) -> dict:
                        if throughput.step_seconds else None),
         train_captions_per_s=(round(c, 2) if (c := throughput.captions_per_s()) else None),
         media_s=round(sum(media.seconds), 2),
+        # The checkpoint's selection score: what a sweep optimises (train.py returns it), never
+        # a test score. None when no validation ran.
+        monitor=best_checkpoint.monitor,
+        best_score=(None if best_checkpoint.best_model_score is None
+                    else float(best_checkpoint.best_model_score)),
         **{f"decode/{k}": v for k, v in plain["decode"].items()},
     )
     if trainer.is_global_zero:
@@ -193,10 +199,15 @@ def train(cfg: DictConfig) -> dict:
 
 def build_trainer(trainer_cfg: dict, **kwargs) -> pl.Trainer:
     """pytorch_lightning.Trainer from the `trainer` config (our own keys left out), writing
-    checkpoints atomically; the data module's EpochShuffle shards the training set by rank."""
-    args = {k: v for k, v in trainer_cfg.items() if k not in OWN_TRAINER_KEYS}
+    checkpoints atomically, with the config's other plugins (trainer.plugins: a cluster
+    environment, say; config_check refuses a CheckpointIO); the data module's EpochShuffle shards
+    the training set by rank (config_check refuses trainer.use_distributed_sampler=true)."""
+    args = {k: v for k, v in trainer_cfg.items()
+            if k not in OWN_TRAINER_KEYS and k not in ("plugins", "use_distributed_sampler")}
+    plugins = trainer_cfg.get("plugins") or []
+    plugins = [hydra.utils.instantiate(p) for p in (plugins if isinstance(plugins, list) else [plugins])]
     torch.set_float32_matmul_precision(trainer_cfg.get("matmul_precision", "highest"))
-    return hydra.utils.instantiate(args, plugins=[AtomicCheckpointIO()],
+    return hydra.utils.instantiate(args, plugins=[AtomicCheckpointIO(), *plugins],
                                    use_distributed_sampler=False, **kwargs)
 
 

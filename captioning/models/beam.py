@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .decoding import blocked_ngrams
+
 
 @dataclass
 class Hypothesis:
@@ -23,20 +25,6 @@ class Hypothesis:
 
 def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
-
-
-def _blocked(seqs: torch.Tensor, n: int, vocab: int) -> torch.Tensor:
-    """(R, t) sequences -> (R, V) bool: tokens that would repeat an n-gram already in the row."""
-    rows, t = seqs.shape
-    blocked = torch.zeros(rows, vocab, dtype=torch.bool, device=seqs.device)
-    if n < 1 or t < n:
-        return blocked
-    prefix = seqs[:, t - n + 1 :] if n > 1 else seqs[:, :0]  # (R, n-1) the n-gram's start
-    grams = seqs.unfold(1, n, 1)  # (R, t-n+1, n)
-    match = (grams[:, :, : n - 1] == prefix.unsqueeze(1)).all(-1)  # (R, t-n+1)
-    r, g = match.nonzero(as_tuple=True)
-    blocked[r, grams[r, g, n - 1]] = True
-    return blocked
 
 
 @torch.no_grad()
@@ -79,7 +67,7 @@ def beam_search(
         if banned:
             logits[:, list(banned)] = float("-inf")
         if block_ngram:
-            logits = logits.masked_fill(_blocked(seqs, block_ngram, vocab), float("-inf"))
+            logits = logits.masked_fill(blocked_ngrams(seqs, block_ngram, vocab), float("-inf"))
         attn = w.unsqueeze(1) if attn is None else torch.cat([attn, w.unsqueeze(1)], 1)
         # The best 2k of an image's k * V candidates lie among each beam's own best 2k tokens:
         # select per row first, so the full (R, V) log-prob table is never built.

@@ -71,10 +71,11 @@ class Captioner(nn.Module):
     ) -> tuple[list[list[int]], list[torch.Tensor]]:
         """Raw features (B, N, C) -> per image the token ids (without <bos>, up to and including
         <eos>) and their attention weights (len, N). beam_size 1 is greedy, >1 batched beam
-        search (alpha: GNMT length penalty; block_ngram: no repeated n-grams)."""
+        search (alpha: GNMT length penalty); block_ngram: no repeated n-grams in either."""
         features = self.features(raw_features)  # (B, N, D)
         if beam_size == 1:
-            tokens, weights = greedy_decode(self.decoder, features, bos, eos, max_len)
+            tokens, weights = greedy_decode(self.decoder, features, bos, eos, max_len,
+                                            block_ngram=block_ngram)
             ids, out = [], []
             # One host copy for the whole batch: the cut at <eos> is Python list work.
             for row, w in zip(tokens.tolist(), weights):

@@ -1,4 +1,5 @@
-"""Greedy decoding with the decoder API only (prepare / init_state / step / reorder)."""
+"""Greedy decoding and sampling with the decoder API only (prepare / init_state / step /
+reorder), and the token rules every decoder shares (n-gram blocking, banned ids)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ def greedy_decode(
     eos: int,
     max_len: int = 30,
     mask: torch.Tensor | None = None,
+    block_ngram: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """features (B, N, D) -> tokens (B, L) without <bos> (padded with eos), weights (B, L, N)."""
+    """features (B, N, D) -> tokens (B, L) without <bos> (padded with eos), weights (B, L, N).
+    `block_ngram` = n forbids repeating any n-gram within a caption (as beam search does)."""
     prepared = decoder.prepare(features, mask)
     state = decoder.init_state(prepared, features)
     batch = features.shape[0]
@@ -23,6 +26,9 @@ def greedy_decode(
     out, weights = [], []
     for _ in range(max_len):
         logits, state, w = decoder.step(tokens, state)
+        if block_ngram and out:
+            seqs = torch.stack(out, 1)  # (B, t) the words so far
+            logits = logits.masked_fill(blocked_ngrams(seqs, block_ngram, logits.shape[-1]), float("-inf"))
         tokens = logits.argmax(-1).masked_fill(done, eos)  # (B,)
         out.append(tokens)
         weights.append(w)
@@ -70,3 +76,17 @@ def log_probs(logits: torch.Tensor, banned: tuple[int, ...] = ()) -> torch.Tenso
     if banned:
         logits = logits.index_fill(-1, torch.tensor(banned, device=logits.device), float("-inf"))
     return logits.log_softmax(-1)
+
+
+def blocked_ngrams(seqs: torch.Tensor, n: int, vocab: int) -> torch.Tensor:
+    """(R, t) sequences -> (R, V) bool: tokens that would repeat an n-gram already in the row."""
+    rows, t = seqs.shape
+    blocked = torch.zeros(rows, vocab, dtype=torch.bool, device=seqs.device)
+    if n < 1 or t < n:
+        return blocked
+    prefix = seqs[:, t - n + 1 :] if n > 1 else seqs[:, :0]  # (R, n-1) the n-gram's start
+    grams = seqs.unfold(1, n, 1)  # (R, t-n+1, n)
+    match = (grams[:, :, : n - 1] == prefix.unsqueeze(1)).all(-1)  # (R, t-n+1)
+    r, g = match.nonzero(as_tuple=True)
+    blocked[r, grams[r, g, n - 1]] = True
+    return blocked

@@ -161,13 +161,15 @@ def torchvision_state(encoder: ResNetEncoder, name: str) -> dict[str, torch.Tens
 
 class TunableEncoder(ResNetEncoder):
     """A ResNetEncoder whose last `stages` stages train (encoder.finetune): the frozen part runs
-    without gradients in the precision feature extraction uses on that device (autocast_dtype:
-    bf16 on GPUs and AMX CPUs), the trained part in float32. Its state dict holds the trained
+    without gradients in the precision feature extraction uses on that device (autocast_dtype),
+    the trained part in float32. Its state dict holds the trained
     stages and the frozen part's weights id only; loading fills the frozen part from this
     (rebuilt) network after checking that id."""
 
-    def __init__(self, stages: int = 1, **kwargs) -> None:
+    def __init__(self, stages: int = 1, precision: str = "auto", **kwargs) -> None:
         super().__init__(**kwargs)
+        autocast_dtype(torch.device("cpu"), precision)  # an unknown name fails here, not mid-epoch
+        self.precision = precision
         if not 1 <= stages <= len(STAGES):
             raise ValueError(f"encoder.finetune_stages must be 1..{len(STAGES)} ({', '.join(STAGES)}), "
                              f"got {stages}")
@@ -190,7 +192,7 @@ class TunableEncoder(ResNetEncoder):
         if images.dtype == torch.uint8:
             images = images.float().div_(255)
         x = ((images - self.mean) / self.std).contiguous(memory_format=torch.channels_last)
-        dtype = autocast_dtype(x.device)
+        dtype = autocast_dtype(x.device, self.precision)
         with torch.no_grad(), torch.autocast(x.device.type, dtype=dtype, enabled=dtype != torch.float32):
             x = self.trunk[: self.split](x)  # (B, C', h', w')
         x = self.trunk[self.split :](x.float())  # (B, C, h, w), float32 with gradients
@@ -235,15 +237,25 @@ def build_tunable_encoder(enc_cfg: dict) -> TunableEncoder:
     """The encoder of `encoder.finetune=true`: the configured network, its last
     `encoder.finetune_stages` stages trainable."""
     return TunableEncoder(
-        enc_cfg.get("finetune_stages", 1), name=enc_cfg["name"],
+        enc_cfg.get("finetune_stages", 1), enc_cfg.get("precision", "auto"), name=enc_cfg["name"],
         pretrained=enc_cfg.get("pretrained", False), weights_path=enc_cfg.get("weights_path"),
         init_seed=enc_cfg.get("init_seed", 0), verify_weights=enc_cfg.get("verify_weights", True),
     )
 
 
-def autocast_dtype(device: torch.device) -> torch.dtype:
-    """Where the frozen encoder runs in bf16 autocast: GPUs and AMX CPUs (faster there), fp32
-    elsewhere. Feature extraction and the frozen part of a fine-tuned encoder both use it."""
+# `encoder.precision`: the frozen encoder's autocast precision. auto = the machine's rule below;
+# fp32 / bf16 force it (a feature store of the other precision is then not reused).
+PRECISIONS = {"auto": None, "fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def autocast_dtype(device: torch.device, precision: str = "auto") -> torch.dtype:
+    """The frozen encoder's precision (feature extraction, the frozen part of a fine-tuned
+    encoder, captioning new images): `precision` when forced, else bf16 autocast on GPUs and AMX
+    CPUs (faster there) and fp32 elsewhere."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"encoder.precision={precision!r}; valid: {', '.join(PRECISIONS)}")
+    if precision != "auto":
+        return PRECISIONS[precision]
     return best_cpu_dtype() if device.type == "cpu" else torch.bfloat16
 
 

@@ -37,12 +37,13 @@ class FeatureNormalizer(nn.Module):
 
 
 def fit_normalizer(
-    features: torch.Tensor, method: str = "pca_whiten", dim: int | None = None, eps: float = 0.0
+    features: torch.Tensor, method: str, dim: int | None, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fit on training feature rows (M, C) -> (mean (C,), transform (C, D)).
 
     eps is relative to the mean eigenvalue (mean variance for `standard`): it damps the scaling
-    of near-empty directions.
+    of near-empty directions. Every setting comes from the `encoder` config (conf/encoder/
+    resnet50.yaml is their one home: no defaults here).
     """
     if method not in NORMALIZE_METHODS:
         raise ValueError(f"encoder.normalize must be one of {', '.join(NORMALIZE_METHODS)}, got '{method}'")

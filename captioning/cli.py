@@ -1,0 +1,28 @@
+"""The training command, for a checkout (`python train.py ...`) and an installed copy
+(`captioning-train ...` or `python -m captioning ...`): one Hydra entry point, configs from
+captioning.paths.conf_dir()."""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from .errors import report_user_errors
+from .lit import train
+from .paths import conf_dir
+from .provenance import run_stamp
+
+# The run dir's name; cached: resolved once per process.
+if not OmegaConf.has_resolver("run_stamp"):
+    OmegaConf.register_new_resolver("run_stamp", run_stamp, use_cache=True)
+
+
+@hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")
+@report_user_errors  # a bad config or file: one message, exit status 2, no traceback
+def main(cfg: DictConfig) -> float:
+    """Train. Returns the best validation score of `checkpoint.monitor` (val/bleu4 by default;
+    its direction is checkpoint.mode): the objective a sweeper optimises (`-m` with an Optuna or
+    other sweeper). Never a test score: tuning on it would be choosing on the test split. NaN
+    when no validation ran."""
+    best = train(cfg)["best_score"]
+    return float("nan") if best is None else best
