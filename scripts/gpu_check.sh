@@ -56,7 +56,7 @@ print(f"gpu_check: python {sys.version.split()[0]}, torch {torch.__version__}, l
       f"{pytorch_lightning.__version__}, missing: {', '.join(missing) or 'nothing'}", file=sys.stderr)
 print(" ".join(missing))
 PYEOF
-) || exit 1
+) || exit 2   # no torch, or no GPU for --device cuda: the message above, one line
 if [ -n "$MISSING" ]; then
   WHEELS=()
   for name in $MISSING; do
@@ -64,7 +64,7 @@ if [ -n "$MISSING" ]; then
     if [ -z "$found" ]; then
       echo "gpu_check: no wheel for $name in wheels/; on a machine with internet run" \
            "make wheels TARGET_PY=<this python> TARGET_TORCH=<this torch> and copy wheels/ here" >&2
-      exit 1
+      exit 2
     fi
     WHEELS+=("$found")
   done

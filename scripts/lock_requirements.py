@@ -22,8 +22,8 @@ from captioning.errors import ArgumentParser, UserError, report_user_errors
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTRAS = ("dev", "cluster")
-HEADER = ("# Pinned, tested versions (pip constraints for `make install`): the project's dependencies\n"
-          "# and extras [dev,cluster], recursively. Regenerate: .venv/bin/python scripts/lock_requirements.py\n")
+HEADER = ("# Pinned, tested versions (pip constraints for `make install`): the project's\n"
+          "# dependencies and extras [dev,cluster], recursively. Regenerate: make lock\n")
 
 
 def _canonical(name: str) -> str:

@@ -27,7 +27,7 @@ LAYERS = {
     "lit": 7,  # the only layer that imports pytorch_lightning
     "compare": 8,
     "cli": 9,  # the training command (train.py, captioning-train, python -m captioning)
-    "__main__": 9,
+    "__main__": 10,  # python -m captioning: the training command
 }
 
 

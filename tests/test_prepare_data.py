@@ -35,7 +35,8 @@ def test_report_counts_the_folder_and_builds_the_store(tmp_path):
         cwd=ROOT, capture_output=True, text=True, check=True)
     report = json.loads(report_path.read_text())
     assert report["images"] == 9 and report["images_per_split"] == {"train": 6, "val": 2, "test": 1}
-    assert report["files"] == {"missing": 1, "outside_root": 0, "duplicates": 1}
+    # 0.jpg twice, in train and in val: a duplicate, and in several splits (training refuses it)
+    assert report["files"] == {"missing": 1, "outside_root": 0, "duplicates": 1, "in_several_splits": 1}
     assert report["captions_dropped_no_word"] == 2  # "..." twice (images 3 and 8)
     assert report["skipped"] == {"not a readable image": 1, "missing file": 1}
     assert report["usable_images"] == 7

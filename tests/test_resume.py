@@ -165,7 +165,11 @@ def test_nan_policy_skip_finishes_and_counts(uninterrupted, data_dir, tmp_path):
                    "trainer.nan_policy=skip", env={"POISON_IMAGE": str(poison)}))
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["nonfinite_skipped_batches"] == 2  # the image's batch in each epoch
-    assert results["test/bleu1"] > 0.2
+    # It learned as the clean run did (2 of 48 steps skipped), against that control run, not
+    # a threshold: within half of its BLEU-1, whatever the CPU makes of the numbers.
+    clean = json.loads((uninterrupted / "run" / "results.json").read_text())
+    gap = abs(results["test/bleu1"] - clean["test/bleu1"])
+    assert clean["test/bleu1"] > 0 and gap < 0.5 * clean["test/bleu1"], (results, clean)
     last = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
     assert all(torch.isfinite(w).all() for w in last["state_dict"].values())
 

@@ -95,6 +95,31 @@ def test_evaluate_reproduces_the_run_and_writes_files(run_dir, tmp_path):
     assert {"test/coco_bleu4", "test/cider", "test/rouge_l"} <= set(beam)
 
 
+def test_evaluate_and_caption_on_the_device_asked_for(run_dir, tmp_path):
+    """device=auto is the GPU when there is one (as training), else the CPU: on a CPU machine
+    auto and cpu give the same captions; with a GPU, both run (the predictions of cuda may differ
+    in the last bits of a beam score, so only their count is compared)."""
+    from captioning.errors import UserError
+    from captioning.inference import caption_images
+
+    ckpt = run_dir / "checkpoints" / "best.ckpt"
+    cpu, preds_cpu, _ = evaluate_checkpoint(ckpt, meteor=False, device="cpu")
+    auto, preds_auto, _ = evaluate_checkpoint(ckpt, meteor=False, device="auto")
+    assert cpu["device"] == "cpu" and auto["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        assert preds_auto == preds_cpu
+    assert len(preds_auto) == len(preds_cpu)
+    Image.new("RGB", (64, 64), (200, 30, 40)).save(tmp_path / "im.png")
+    on_cpu, _ = caption_images(ckpt, tmp_path / "im.png", device="cpu")
+    on_auto, _ = caption_images(ckpt, tmp_path / "im.png", device="auto")
+    assert on_cpu[0]["caption"] and (torch.cuda.is_available() or on_auto == on_cpu)
+    for bad, says in (("gpu0", "not a device name"), ("cuda:7", "cuda")):
+        if bad == "cuda:7" and torch.cuda.device_count() > 7:
+            continue
+        with pytest.raises(UserError, match=says):
+            evaluate_checkpoint(ckpt, meteor=False, device=bad)
+
+
 def test_caption_script_figures_and_skips(run_dir, tmp_path):
     ckpt = run_dir / "checkpoints" / "best.ckpt"
     images = tmp_path / "imgs"

@@ -51,7 +51,7 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
     -> a cell's train config. Returns the report directory (None: no finished cell)."""
     flush_denormals()  # before the benchmark or any cell starts torch's threads
     if "compare" not in cfg:
-        raise SystemExit("no compare settings: add experiment=cross_modal (or cross_modal_quick)")
+        raise UserError("no compare settings: add experiment=cross_modal (or cross_modal_quick)")
     spec = OmegaConf.to_container(cfg.compare, resolve=True)
     source = spec.get("throughput_from")
     if source and not Path(source).is_file():  # before any cell trains

@@ -343,6 +343,11 @@ def file_problems(cfg: dict, checkpoint_bytes: int) -> list[str]:
             find_weights(enc["name"], enc.get("weights_path"))
         except FileNotFoundError as err:
             problems.append(str(err))
+    data = cfg.get("data") or {}
+    for key in ("json_path", "split_file"):
+        if not data.get("synthetic") and data.get(key) and not Path(data[key]).expanduser().is_file():
+            problems.append(f"data.{key}={data[key]}: no such file (data/README.md: where the "
+                            "dataset files go)")
     if cfg.get("init_from") and not Path(cfg["init_from"]).expanduser().is_file():
         problems.append(f"init_from={cfg['init_from']}: no such file (a *.ckpt written by train.py)")
     if cfg.get("resume") and cfg.get("init_from"):

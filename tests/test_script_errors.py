@@ -1,0 +1,76 @@
+"""Every command in scripts/ (and train.py) answers a user's mistake the same way: one line on
+stderr naming what is wrong, exit status 2, no traceback, before any long work."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOPE = "/nonexistent/nope"
+
+# script -> (arguments with one mistake, a word the message must contain)
+MISTAKES = {
+    "benchmark.py": (["--no-such-flag"], "--no-such-flag"),
+    "caption.py": ([f"checkpoint={NOPE}.ckpt", "image=x.png"], "checkpoint not found"),
+    "compare.py": (["experiment=cross_modal_quick", "compare.train=false",
+                    f"compare.throughput_from={NOPE}.json"], "compare.throughput_from"),
+    "evaluate.py": ([f"checkpoint={NOPE}.ckpt"], "checkpoint not found"),
+    "export_encoder.py": ([f"{NOPE}.ckpt", "out.pth"], "checkpoint not found"),
+    "feature_drift.py": ([f"{NOPE}.ckpt"], "checkpoint not found"),
+    "lock_requirements.py": (["--check", "--out", f"{NOPE}.lock"], "nope.lock"),
+    "make_wheels.py": (["--torch", "3.0", "--dest", f"{NOPE}-wheels"], "only torch 2.x"),
+    "measure_denormals.py": ([f"{NOPE}.ckpt"], "no such file"),
+    "measure_store.py": ([], "--workdir"),
+    "prepare_data.py": (["data=flickr8k", f"data.json_path={NOPE}.json"], "dataset JSON not found"),
+    "pretrain_encoder.py": ([], "--out"),
+    "score.py": ([f"{NOPE}.json", f"{NOPE}-refs.json"], "nope.json"),
+    "sentinel_words.py": ([f"{NOPE}.ckpt"], "checkpoint not found"),
+}
+
+
+def _run(cmd: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONWARNINGS": "ignore"}
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+
+
+def test_every_script_is_covered():
+    shipped = {p.name for p in (ROOT / "scripts").iterdir() if p.suffix in (".py", ".sh")}
+    assert shipped == set(MISTAKES) | {"gpu_check.sh"}
+
+
+@pytest.mark.parametrize("script", sorted(MISTAKES))
+def test_a_mistake_is_one_line_and_exit_status_2(script, tmp_path):
+    args, word = MISTAKES[script]
+    done = _run([sys.executable, str(ROOT / "scripts" / script), *args], tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and word in lines[0], done.stderr[-2000:]
+
+
+def test_train_py_mistake_is_a_message_and_exit_status_2(tmp_path):
+    """train.py lists every config problem at once (one line each), before any work."""
+    done = _run([sys.executable, str(ROOT / "train.py"), "data=flickr8k", f"data.json_path={NOPE}.json",
+                 "encoder.pretrained=false", "logger=none"], tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("error: bad config (nothing was started)")
+    assert f"data.json_path={NOPE}.json: no such file" in done.stderr
+
+
+@pytest.mark.parametrize("mistake", ["flag", "no-gpu"])
+def test_gpu_check_mistakes_are_one_line_and_exit_status_2(mistake, tmp_path):
+    if mistake == "no-gpu":
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("a GPU is here: --device cuda is no mistake")
+    args, word = {"flag": (["--bogus"], "usage:"),
+                  "no-gpu": (["--device", "cuda", "--out", str(tmp_path / "out")], "--device cuda")}[mistake]
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), *args], capture_output=True,
+                          text=True, env={**os.environ, "PYTHON": sys.executable}, timeout=300)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and word in lines[0], done.stderr

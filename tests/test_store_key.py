@@ -1,0 +1,151 @@
+"""A feature store that survives a move: keyed by the images (relative paths, sizes), encoder,
+weights, image size and precision, never by where the folder is or what the captions say.
+Stores made under the old key are adopted; a store of the other precision is reused under
+encoder.precision=auto and extracted anew when a precision is forced."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from captioning.data.features import dtype_name, extraction_dtype
+from captioning.data.prepare import load_features
+from captioning.provenance import fingerprint
+
+ENC = {"name": "resnet18", "image_size": 64, "batch_size": 8, "num_workers": 0, "device": "cpu",
+       "pretrained": False, "init_seed": 0, "precision": "auto"}
+
+
+def _dataset(root: Path) -> Path:
+    (root / "images").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    images = []
+    for i in range(12):
+        Image.fromarray(rng.integers(0, 255, (48, 48, 3), dtype=np.uint8)).save(root / "images" / f"{i}.png")
+        images.append({"filename": f"{i}.png", "filepath": "images", "imgid": i,
+                       "split": "train" if i < 8 else "val" if i < 10 else "test",
+                       "sentences": [{"raw": f"a picture number {i}"}]})
+    (root / "dataset.json").write_text(json.dumps({"images": images}))
+    return root / "dataset.json"
+
+
+def _data_cfg(json_path: Path, cache: Path) -> dict:
+    return {"name": "mine", "format": "karpathy", "json_path": str(json_path),
+            "image_root": str(json_path.parent), "cache_dir": str(cache)}
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha1(Path(path).read_bytes()).hexdigest()
+
+
+def _extracted(caplog) -> bool:
+    return any("features: extracting" in r.getMessage() for r in caplog.records)
+
+
+def test_moved_touched_and_recaptioned_data_reuses_the_store(tmp_path, monkeypatch, caplog):
+    from conftest import TINY, compose_cfg, shrink
+
+    from captioning.lit import train
+
+    caplog.set_level(logging.INFO, logger="captioning")
+    cache = tmp_path / "cache"
+    first = load_features(_data_cfg(_dataset(tmp_path / "here"), cache), ENC)
+    assert _extracted(caplog)
+    store, digest = first.features.path, _digest(first.features.path)
+
+    # Moved elsewhere (as to a cluster's scratch disk), the JSON touched, another working dir.
+    moved = tmp_path / "elsewhere" / "data"
+    shutil.move(str(tmp_path / "here"), str(moved))
+    os.utime(moved / "dataset.json", (1e9, 1e9))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    caplog.clear()
+    over = [o for o in TINY if not o.startswith(("data.", "encoder."))] + [
+        "data=flickr8k", "encoder=resnet18", "encoder.image_size=64", "encoder.batch_size=8",
+        "encoder.num_workers=0", "encoder.pretrained=false", "encoder.device=cpu",
+        f"data.json_path={moved / 'dataset.json'}", f"data.image_root={moved}", f"data.cache_dir={cache}",
+        "data.min_word_freq=1", "data.batch_size=4", "trainer.max_epochs=1", "decode.beam_size=1"]
+    results = train(shrink(compose_cfg(over, work / "run", work)))
+    assert not _extracted(caplog)
+    assert any(f"features: loaded from store {store.parent}" in r.getMessage() for r in caplog.records)
+    assert _digest(store) == digest  # the same feature bytes
+    assert results["feature_precision"] == dtype_name(extraction_dtype(torch.device("cpu")))
+
+    # A caption changed: the features are the same images', so the same store.
+    data = json.loads((moved / "dataset.json").read_text())
+    data["images"][0]["sentences"] = [{"raw": "an entirely new caption"}]
+    (moved / "dataset.json").write_text(json.dumps(data))
+    caplog.clear()
+    again = load_features(_data_cfg(moved / "dataset.json", cache), ENC)
+    assert not _extracted(caplog) and again.features.path == store
+
+    # An image replaced by another of a different size: extracted anew, into another store.
+    Image.fromarray(np.zeros((60, 60, 3), np.uint8)).save(moved / "images" / "3.png")
+    caplog.clear()
+    replaced = load_features(_data_cfg(moved / "dataset.json", cache), ENC)
+    assert _extracted(caplog) and replaced.features.path != store
+    assert not np.array_equal(np.asarray(replaced.features[3]), np.asarray(first.features[3]))
+
+
+def test_a_store_made_under_the_old_key_is_adopted_not_rebuilt(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="captioning")
+    json_path, cache = _dataset(tmp_path / "data"), tmp_path / "cache"
+    built = load_features(_data_cfg(json_path, cache), ENC)
+    digest = _digest(built.features.path)
+    # What the previous key was: the dataset file's absolute path and mtime, the format, the
+    # paths as given, the root, the batch size (data/prepare.py and data/features.py before).
+    manifest = json.loads((built.features.path.parent / "manifest.json").read_text())
+    spec = manifest["spec"]
+    old = {"dataset": str(json_path.resolve()), "dataset_mtime": json_path.stat().st_mtime_ns,
+           "format": "karpathy", "encoder": spec["encoder"], "weights": spec["weights"],
+           "paths": fingerprint([str(json_path.parent / "images" / f"{i}.png") for i in range(12)]),
+           "size": 64, "max_pixels": spec["max_pixels"], "root": str(json_path.parent),
+           "precision": spec["precision"], "batch_size": ENC["batch_size"]}
+    legacy = cache / f"store_{fingerprint(old, length=16)}"
+    built.features.path.parent.rename(legacy)
+    manifest["spec"] = old
+    (legacy / "manifest.json").write_text(json.dumps(manifest))
+    caplog.clear()
+    adopted = load_features(_data_cfg(json_path, cache), ENC)
+    assert not _extracted(caplog)
+    assert any("adopted store" in r.getMessage() for r in caplog.records)
+    assert adopted.features.path == built.features.path and not legacy.exists()
+    assert _digest(adopted.features.path) == digest
+
+
+def test_a_store_of_the_other_precision_is_reused_unless_a_precision_is_forced(tmp_path, caplog):
+    """Made where extraction runs in the other precision (a GPU's bf16 opened on an fp32 CPU,
+    or the reverse): reused with one line under auto; a forced precision extracts its own."""
+    caplog.set_level(logging.INFO, logger="captioning")
+    json_path, cache = _dataset(tmp_path / "data"), tmp_path / "cache"
+    mine = dtype_name(extraction_dtype(torch.device("cpu")))  # what auto picks on this CPU
+    other = "fp32" if mine == "bfloat16" else "bf16"
+    made = load_features(_data_cfg(json_path, cache), {**ENC, "precision": other})
+    assert _extracted(caplog) and made.features.precision != mine
+    caplog.clear()
+    reused = load_features(_data_cfg(json_path, cache), ENC)
+    assert not _extracted(caplog) and reused.features.path == made.features.path
+    notes = [r.getMessage() for r in caplog.records if "features: reusing" in r.getMessage()]
+    assert len(notes) == 1 and f"extracted in {made.features.precision}" in notes[0]
+    caplog.clear()
+    forced = "bf16" if mine == "bfloat16" else "fp32"
+    own = load_features(_data_cfg(json_path, cache), {**ENC, "precision": forced})
+    assert _extracted(caplog) and own.features.path != made.features.path
+    assert own.features.precision == mine
+
+
+def test_precision_names_are_checked():
+    with pytest.raises(ValueError, match="encoder.precision='half'; valid: auto, fp32, bf16"):
+        extraction_dtype(torch.device("cpu"), "half")
+    assert extraction_dtype(torch.device("cpu"), "fp32") == torch.float32
+    assert extraction_dtype(torch.device("cpu"), "bf16") == torch.bfloat16
