@@ -72,7 +72,7 @@ def test_moved_touched_and_recaptioned_data_reuses_the_store(tmp_path, monkeypat
     caplog.clear()
     over = [o for o in TINY if not o.startswith(("data.", "encoder."))] + [
         "data=flickr8k", "encoder=resnet18", "encoder.image_size=64", "encoder.batch_size=8",
-        "encoder.num_workers=0", "encoder.pretrained=false", "encoder.device=cpu",
+        "encoder.num_workers=0", "encoder.pretrained=false", "encoder.device=cpu", "encoder.precision=auto",
         f"data.json_path={moved / 'dataset.json'}", f"data.image_root={moved}", f"data.cache_dir={cache}",
         "data.min_word_freq=1", "data.batch_size=4", "trainer.max_epochs=1", "decode.beam_size=1"]
     results = train(shrink(compose_cfg(over, work / "run", work)))
