@@ -3,6 +3,7 @@ given as a Karpathy-split JSON or a COCO captions annotation file.
 
     python scripts/score.py predictions.json data/coco/dataset_coco.json --split test
     python scripts/score.py predictions.json captions_val2014.json --tokenizer ptb
+    python scripts/score.py predictions.json dataset.json --split test --per-image scores.json
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 
 from captioning.data.references import load_references
 from captioning.errors import ArgumentParser, UserError, report_user_errors
+from captioning.metrics.coco import coco_per_image
 from captioning.metrics.report import format_table, score_captions
 
 
@@ -25,6 +27,8 @@ def main(argv: list[str] | None = None) -> dict:
                    help="coco-caption tokenisation (ptb needs Java)")
     p.add_argument("--no-meteor", action="store_true", help="skip METEOR (Java)")
     p.add_argument("--json", default=None, help="write the metrics here too")
+    p.add_argument("--per-image", default=None,
+                   help="write {image_id: {bleu4, cider}} here: coco-caption's per-image scores")
     args = p.parse_args(argv)
     try:
         with open(args.predictions) as f:
@@ -44,6 +48,10 @@ def main(argv: list[str] | None = None) -> dict:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(metrics, f, indent=2)
+    if args.per_image:
+        scores = coco_per_image(hyps, {i: texts[i] for i in hyps}, args.tokenizer)
+        with open(args.per_image, "w") as f:
+            json.dump({str(i): s for i, s in scores.items()}, f, indent=1)
     return metrics
 
 

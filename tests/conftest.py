@@ -76,3 +76,26 @@ def tiny_cfg(tmp_path, data_dir):
         return shrink(compose_cfg(TINY + list(overrides), tmp_path / "run", data_dir))
 
     return make
+
+
+def untrained_bleu1(run_dir: Path) -> float:
+    """Test BLEU-1 of a run's model at initialisation: the same config, vocabulary, fitted
+    normaliser, features and decoding as the run's test stage, untrained weights. The control a
+    trained run is judged against ("it learned something") on every CPU, instead of a number
+    measured on one."""
+    import torch
+
+    from captioning import load_checkpoint
+    from captioning.data.prepare import load_features
+    from captioning.metrics.bleu import corpus_bleu_scores
+    from captioning.models import build_captioner
+
+    model, vocab, cfg = load_checkpoint(Path(run_dir) / "checkpoints" / "best.ckpt")
+    torch.manual_seed(cfg["seed"])
+    start = build_captioner(cfg, len(vocab)).eval()
+    start.normalizer.load_state_dict(model.normalizer.state_dict())
+    data = load_features(cfg["data"], cfg["encoder"])
+    test = data.split_indices("test")
+    ids, _ = start.generate(data.raw_features(test), vocab.bos, vocab.eos, vocab.pad, **cfg["decode"])
+    refs = [data.records[i].captions for i in test]
+    return corpus_bleu_scores([vocab.decode(t) for t in ids], refs)["bleu1"]

@@ -83,7 +83,7 @@ def test_results_score_script_and_report_agree(dataset, tmp_path):
                     str(dataset / "dataset_x.json"), "--split", "test", "--no-meteor",
                     "--json", str(tmp_path / "f.json")], capture_output=True, text=True, check=True, cwd=ROOT)
     fixed_scored = json.loads((tmp_path / "f.json").read_text())
-    fixed_hyps = [fixed[i].split() for i in sorted(refs)]
+    fixed_hyps = [tokenize(fixed[i]) for i in sorted(refs)]  # as score.py and the report read them
     stats = np.stack([bleu_stats(h, refs[i]) for h, i in zip(fixed_hyps, sorted(refs))]).sum(0)
     assert 0 < fixed_scored["bleu4"] == pytest.approx(float(bleu_from_stats(stats)), abs=1e-9)
     # Negative control: references tokenised from the raw text (punctuation kept, the

@@ -52,6 +52,20 @@ def parse_attributes(tokens: list[str]) -> dict[str, set[str]]:
     }
 
 
+def attribute_errors(tokens: list[str], obj: dict) -> dict:
+    """One single-object image's caption against its object: {"attributes": {name: wrong}}
+    (wrong: the caption does not name exactly the object's value, as attribute_accuracy counts),
+    "words": [positions of the tokens that name a wrong value]}."""
+    named = parse_attributes(tokens)
+    wrong = {a: named[a] != {obj[a]} for a in ATTRIBUTES}
+    bad_position = bool(named["position"] - {obj["position"]})
+    where = set(_ROW_WORDS) | set(_COL_WORDS) | _CENTRE_WORDS
+    words = [t for t, w in enumerate(tokens)
+             if (w in COLOURS and w != obj["colour"]) or (w in SHAPES and w != obj["shape"])
+             or (w in _SIZE and _SIZE[w] != obj["size"]) or (bad_position and w in where)]
+    return {"attributes": wrong, "words": words}
+
+
 def attribute_accuracy(
     captions: list[list[str]], objects: list[list[dict]], prefix: str = ""
 ) -> dict[str, float]:
@@ -64,8 +78,7 @@ def attribute_accuracy(
     correct = {a: 0 for a in ATTRIBUTES}
     joint = 0
     for caption, obj in pairs:
-        named = parse_attributes(caption)
-        ok = {a: named[a] == {obj[a]} for a in ATTRIBUTES}
+        ok = {a: not bad for a, bad in attribute_errors(caption, obj)["attributes"].items()}
         for a in ATTRIBUTES:
             correct[a] += ok[a]
         joint += ok["colour"] and ok["shape"] and ok["position"]
