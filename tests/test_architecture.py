@@ -24,6 +24,7 @@ LAYERS = {
     "predict": 5,
     "evaluation": 6,
     "inference": 6,
+    "gallery": 7,  # runs side by side as a web page (uses evaluation's decoding and the metrics)
     "lit": 7,  # the only layer that imports pytorch_lightning
     "compare": 8,
     "cli": 9,  # the training command (train.py, captioning-train, python -m captioning)

@@ -537,3 +537,31 @@ def test_the_committed_report_rebuilds_from_committed_files(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     rebuilt = sorted((tmp_path / "results" / "cross_modal").glob("*/report.md"))
     assert len(rebuilt) == 1 and rebuilt[0].read_text() == committed.read_text()
+
+
+def test_a_gallery_of_cells_trains_again_only_the_ones_without_a_checkpoint(tmp_path, monkeypatch):
+    """compare.gallery: the chosen cells side by side; a committed cell (no checkpoint) is
+    trained again into gallery_runs/ for its attention, its own predictions.json still shown."""
+    from captioning.compare import run as run_mod
+    from captioning.errors import UserError
+
+    fake = FakeRuns()
+    monkeypatch.setattr(grid_mod, "train", fake.train)
+    built = {}
+    monkeypatch.setattr(run_mod, "build_gallery", lambda folders, out, names, **kw: built.update(
+        folders=folders, names=names, **kw) or {"images": 0, "runs": []})
+    runner = GridRunner(fake.compose, [], tmp_path, DIMS)
+    cells = [Cell("lstm", "matched", mode, 0) for mode in ("additive", "dot")]
+    dirs = runner.run(cells)
+    (dirs[cells[1]] / "checkpoints").mkdir()
+    (dirs[cells[1]] / "checkpoints" / "best.ckpt").write_text("a trained cell's own")
+    want = {"decoder": "lstm", "dims": "matched", "seed": 0, "attentions": ["additive", "dot"]}
+    with pytest.raises(UserError, match="forbids training it again"):
+        run_mod._gallery(want, runner, dirs, tmp_path / "g", train_missing=False)
+    run_mod._gallery(want, runner, dirs, tmp_path / "g", train_missing=True)
+    assert fake.trained == ["additive/512/0/False", "dot/512/0/False", "additive/512/0/False"]
+    assert built["folders"] == [dirs[c] for c in cells] and built["names"] == [c.label for c in cells]
+    assert built["checkpoints"] == [tmp_path / "gallery_runs" / dirs[cells[0]].name / "checkpoints"
+                                    / "best.ckpt", None]
+    with pytest.raises(UserError, match="no finished cell lstm/matched/scaled_dot/s0"):
+        run_mod._gallery({**want, "attentions": ["scaled_dot"]}, runner, dirs, tmp_path / "g", True)

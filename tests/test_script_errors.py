@@ -22,6 +22,7 @@ MISTAKES = {
     "evaluate.py": ([f"checkpoint={NOPE}.ckpt"], "checkpoint not found"),
     "export_encoder.py": ([f"{NOPE}.ckpt", "out.pth"], "checkpoint not found"),
     "feature_drift.py": ([f"{NOPE}.ckpt"], "checkpoint not found"),
+    "gallery.py": ([f"runs=[{NOPE}]"], "no predictions.json"),
     "lock_requirements.py": (["--check", "--out", f"{NOPE}.lock"], "nope.lock"),
     "make_wheels.py": (["--torch", "3.0", "--dest", f"{NOPE}-wheels"], "only torch 2.x"),
     "measure_denormals.py": ([f"{NOPE}.ckpt"], "no such file"),

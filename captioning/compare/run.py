@@ -15,8 +15,9 @@ from ..benchmark import BenchConfig, run_benchmark
 from ..cpu import flush_denormals
 from ..data.prepare import load_dataset_records
 from ..errors import UserError
+from ..gallery import build_gallery
 from .executor import make_executor
-from .grid import GridRunner, expand_grid
+from .grid import Cell, GridRunner, expand_grid
 from .report import build_markdown, build_report, save_plots
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,36 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
     log.info("report: %s (grid %.0f s)", out / "report.md", train_s)
     if "wandb" in (cfg.get("logger") or {}):
         _wandb_summary(cfg, spec, report, markdown, plots, out)
+    if spec.get("gallery"):
+        _gallery(spec["gallery"], runner, dirs, out / "gallery", spec.get("train", True))
     return out
+
+
+def _gallery(want: dict, runner: GridRunner, dirs: dict[Cell, Path], out: Path,
+             train_missing: bool) -> None:
+    """compare.gallery = {decoder, dims, seed, attentions: [...]}: those finished cells side by
+    side (captioning.gallery) in <report>/gallery/. A committed cell has no checkpoint: it is
+    trained again from scratch into <root>/gallery_runs/ (its captions must come back the same:
+    the gallery counts any that do not) and the attention is read from that checkpoint."""
+    cells = [Cell(want["decoder"], want["dims"], mode, int(want["seed"])) for mode in want["attentions"]]
+    missing = [c.label for c in cells if c not in dirs]
+    if missing:
+        raise UserError(f"compare.gallery: no finished cell {', '.join(missing)}; finished: "
+                        f"{', '.join(sorted(c.label for c in dirs)[:8])} ...")
+    checkpoints = []
+    for cell in cells:
+        if any((dirs[cell] / "checkpoints").glob("*.ckpt")):
+            checkpoints.append(None)
+            continue
+        again = runner.root / "gallery_runs" / dirs[cell].name
+        if runner.rerun(cell, again, train_missing) is None:
+            raise UserError(f"compare.gallery: {dirs[cell]} has no checkpoint and compare.train=false "
+                            f"forbids training it again into {again}")
+        checkpoints.append(again / "checkpoints" / "best.ckpt")
+    summary = build_gallery([dirs[c] for c in cells], out, [c.label for c in cells],
+                            device=want.get("device", "auto"), checkpoints=checkpoints)
+    log.info("gallery: %s (%d images; %d captions re-decoded differently)", out / "index.html",
+             summary["images"], sum(r["redecoded_differs"] for r in summary["runs"]))
 
 
 def _section(name: str, overrides: list[str], compose: Callable[[list[str]], DictConfig],
