@@ -12,7 +12,7 @@ import logging
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from captioning.errors import report_user_errors
+from captioning.errors import UserError, report_user_errors
 from captioning.gallery import build_gallery
 
 log = logging.getLogger("gallery")
@@ -23,9 +23,10 @@ log = logging.getLogger("gallery")
 def main(cfg: DictConfig) -> None:
     runs = OmegaConf.to_container(cfg.runs) if OmegaConf.is_list(cfg.runs) else [cfg.runs]
     names = OmegaConf.to_container(cfg.names) if cfg.names else None
-    summary = build_gallery(runs, cfg.out, names, cfg.split, cfg.device, cfg.page_size)
-    print(f"{summary['images']} images x {len(runs)} runs -> {cfg.out}/index.html "
-          f"({summary['bytes'] / 1e6:.1f} MB, {summary['seconds']:.0f} s)")
+    checkpoints = OmegaConf.to_container(cfg.checkpoints) if cfg.checkpoints else None
+    if checkpoints is not None and len(checkpoints) != len(runs):
+        raise UserError(f"checkpoints= has {len(checkpoints)} entries for {len(runs)} runs (null: its own)")
+    build_gallery(runs, cfg.out, names, cfg.split, cfg.device, cfg.page_size, checkpoints)  # logs where
 
 
 if __name__ == "__main__":

@@ -58,6 +58,13 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
     if source and not Path(source).is_file():  # before any cell trains
         raise UserError(f"compare.throughput_from={source}: no such file; give a report.json "
                         "written by scripts/compare.py, or drop the key to measure")
+    if spec.get("gallery"):  # its keys checked before any cell trains
+        keys = {"decoder", "dims", "seed", "attentions"}
+        given = set(spec["gallery"]) if isinstance(spec["gallery"], dict) else set()
+        if not keys <= given <= keys | {"device"}:
+            raise UserError(f"compare.gallery={spec['gallery']}: give {{decoder, dims, seed, attentions: "
+                            "[...]}} (and optionally device), e.g. '{decoder: lstm, dims: "
+                            "mismatched_whitened, seed: 0, attentions: [additive, dot]}'")
     runner = _runner(spec, compose, overrides)
     root = runner.root
     cells = expand_grid(spec)

@@ -52,7 +52,7 @@ def _config(folder: Path, ckpt: Path | None) -> dict:
     """The run's hashed config, flat: cell.json (committed comparison cells), else the
     checkpoint's, else .hydra/config.yaml."""
     if (folder / "cell.json").is_file():
-        return json.loads((folder / "cell.json").read_text())
+        return flatten(json.loads((folder / "cell.json").read_text()))
     if ckpt is not None:
         from ..checkpoint import checkpoint_config, read_checkpoint
 
@@ -90,12 +90,14 @@ def load_run(folder: str | Path, name: str, split: str, device: str, batch_size:
 
 
 def _copy_image(src: Path, out: Path, k: int) -> str:
-    """The image as the page shows it: images/<k>.png (or .jpg for photos), at most MAX_SIDE."""
+    """The image as the page shows it: images/<k>.jpg, at most MAX_SIDE a side. JPEG at quality
+    90 without chroma subsampling: colours as they are (the built-in images' noisy textures are
+    ~32 KB each as PNG, ~10 KB so)."""
+    name = f"images/{k}.jpg"
     with Image.open(src) as im:
         im = im.convert("RGB")
         im.thumbnail((MAX_SIDE, MAX_SIDE))
-        name = f"images/{k}.png" if src.suffix.lower() == ".png" else f"images/{k}.jpg"
-        im.save(out / name)
+        im.save(out / name, quality=90, subsampling=0)
     return name
 
 
@@ -173,7 +175,8 @@ def build_gallery(folders: list[str | Path], out: str | Path, names: list[str] |
                 "bleu4": per_image[run.name][rec.image_id]["bleu4"],
                 "cider": per_image[run.name][rec.image_id]["cider"], "errors": errors,
                 "attention_words": att[0] if att else None,
-                "weights": np.round(att[1], 4).tolist() if att else None})
+                # 4 decimals, from float64: float32 values would print 17 digits each
+                "weights": np.round(att[1].astype(np.float64), 4).tolist() if att else None})
         entries.append(row)
     summary = {"runs": [{"name": r.name, "folder": str(r.folder), "note": r.note,
                          "redecoded_differs": r.redecoded_differs} for r in runs],

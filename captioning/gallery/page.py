@@ -51,8 +51,9 @@ def _summary(summary: dict) -> str:
             "(the training metric); CIDEr-D: mean of the per-image coco-caption scores; intervals: "
             "bootstrap over the images (1,000 draws, one draw for all runs). Per image: coco-caption "
             "BLEU-4 and CIDEr-D (scripts/score.py --per-image gives the same numbers).</p>"
-            f"<h2>Config keys that differ</h2><table class='differs'><tr><th>key</th>{heads}</tr>"
-            f"{differs}</table></section>")
+            f"<details class='differs'{' open' if len(summary['differs']) <= 12 else ''}><summary>"
+            f"{len(summary['differs'])} config keys differ between the runs</summary>"
+            f"<table class='differs'><tr><th>key</th>{heads}</tr>{differs}</table></details></section>")
 
 
 def _caption(run: dict) -> str:

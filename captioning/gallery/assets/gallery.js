@@ -174,6 +174,9 @@
   render();
   if (open) {
     const entry = open === "first" ? order()[page * G.page_size] : $("e" + open);
-    if (entry) { openAttention(entry); entry.scrollIntoView(); }
+    if (entry) {
+      openAttention(entry);
+      if (entry.getBoundingClientRect().top > window.innerHeight / 2) entry.scrollIntoView();
+    }
   }
 })();
