@@ -288,8 +288,11 @@ def test_cells_named_by_an_older_hash_rule_are_adopted_not_retrained(tmp_path, m
     legacy = _legacy_cell(tmp_path, old, config_hash(old), committed=committed)
     changed = {**old, "encoder": {"name": "resnet50", "pca_dim": 64}}
     other = _legacy_cell(tmp_path, changed, config_hash(changed), committed=committed)
+    rerun = tmp_path / "verify" / legacy.name  # its reproducibility rerun, named after it
+    rerun.mkdir(parents=True)
     dirs = GridRunner(fake.compose, [], tmp_path, DIMS).run([cell, Cell("lstm", "matched", "additive", 0)])
     assert not legacy.exists() and (dirs[cell] / "results.json").is_file()  # renamed, kept
+    assert not rerun.exists() and (tmp_path / "verify" / dirs[cell].name).is_dir()  # and its rerun
     assert fake.trained == ["additive/512/0/False"]  # no legacy cell matches it: trained
     assert other.exists()  # pca_dim 64 is no cell of this grid: left alone
     # every cell of the grid now has its cell.json (written before training / from the checkpoint)

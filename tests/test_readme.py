@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", ROOT / "data" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 README = "\n".join(p.read_text() for p in DOCS)
 SCRIPTS = {"train.py": "train", "scripts/compare.py": "compare", "scripts/evaluate.py": "evaluate",
-           "scripts/caption.py": "caption", "scripts/prepare_data.py": "prepare_data"}
+           "scripts/caption.py": "caption", "scripts/prepare_data.py": "prepare_data",
+           "scripts/gallery.py": "gallery"}
 PLACEHOLDER = re.compile(r"<[^>]*>|\.\.\.")
 
 

@@ -153,6 +153,11 @@ class GridRunner:
                 return cell
             new = cell.parent / out.name
             cell.rename(new)
+            # Its reruns (the reproducibility check, the gallery's) follow it under the new name.
+            for side in ("verify", "gallery_runs"):
+                rerun = cell.parent.parent / side / cell.name
+                if rerun.is_dir() and not (rerun.parent / new.name).exists():
+                    rerun.rename(rerun.parent / new.name)
             del self._legacy[cell]
             log.info("grid: adopted %s as %s (named under an older config: keys added since, "
                      "or an older hash rule)", cell, new.name)
