@@ -42,12 +42,12 @@ OWN_TRAINER_KEYS = {"nan_policy": "stop | skip", "nan_max_in_row": "skip at most
 EXTENSION_POINTS = ("logger", "callbacks", "hydra", "compare.slurm", "compare.gallery")
 
 # Trainer arguments that build_trainer sets itself: a value in the config would be overwritten,
-# so each is refused with where the setting lives instead (trainer.plugins is honoured: see
-# plugin_problems).
+# so each is refused with where the setting lives instead (trainer.plugins is honoured, but a
+# CheckpointIO refused: see trainer_problems).
 TRAINER_OWNED = {
     "callbacks": "callbacks are a config group of their own, merged with the run's checkpoint, "
                  "early-stopping and logging callbacks: callbacks=<name> (conf/callbacks/) or "
-                 "+callbacks.<name>._target_=<class> (README: Callbacks)",
+                 "+callbacks.<name>._target_=<class>",
     "logger": "loggers come from the logger group: logger=wandb|csv|tensorboard|all|none, or "
               "+logger.<name>._target_=<class> for another one",
 }
