@@ -15,6 +15,8 @@ CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 # Keep every cache inside tmp dirs (never the user's home) and wandb offline.
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("MPLCONFIGDIR", "/tmp/captioning-test-mpl")
+# The CPU precision calibration (captioning/models/precision.py): measured once, cached here.
+os.environ.setdefault("CAPTIONING_CACHE_DIR", "/tmp/captioning-test-cache")
 
 TINY = [
     "encoder=resnet18",

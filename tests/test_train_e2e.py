@@ -21,7 +21,7 @@ RESULT_KEYS = {
     "wall_time_s", "seed", "config_hash", "git_commit", "params", "decode/beam_size", "decode/alpha",
     "test/grounding", "test/grounding_uniform", "test/grounding_ratio", "first_step_s",
     "median_step_s", "media_s", "machine", "accelerator", "feature_precision", "train_captions_per_s",
-    "cpu_s", "threads",
+    "cpu_s", "threads", "train_precision", "monitor", "best_score",
 }
 
 

@@ -156,6 +156,8 @@ def train(cfg: DictConfig) -> dict:
         # The precision the stored features were extracted in (the store is keyed by it; with
         # encoder.precision=auto a store of the other precision may have been reused).
         feature_precision=datamodule.data.features.precision,
+        # The training step's precision (trainer.precision as Lightning ran it).
+        train_precision=str(trainer.precision),
         # The captioning model's own weights: decoder and key-side refiner (not the encoder).
         params=sum(p.numel() for m in (module.model.decoder, module.model.refiner) if m is not None
                    for p in m.parameters()),

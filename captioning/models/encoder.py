@@ -12,6 +12,7 @@ import torch
 import torchvision
 from torch import nn
 
+from .precision import calibrated_dtype
 from .registry import Registry
 
 
@@ -243,15 +244,15 @@ def build_tunable_encoder(enc_cfg: dict) -> TunableEncoder:
     )
 
 
-# `encoder.precision`: the frozen encoder's autocast precision. auto = the machine's rule below;
+# `encoder.precision`: the frozen encoder's autocast precision. auto = measured (best_cpu_dtype);
 # fp32 / bf16 force it (a feature store of the other precision is then not reused).
 PRECISIONS = {"auto": None, "fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def autocast_dtype(device: torch.device, precision: str = "auto") -> torch.dtype:
     """The frozen encoder's precision (feature extraction, the frozen part of a fine-tuned
-    encoder, captioning new images): `precision` when forced, else bf16 autocast on GPUs and AMX
-    CPUs (faster there) and fp32 elsewhere."""
+    encoder, captioning new images): `precision` when forced, else bf16 autocast on GPUs and,
+    on a CPU, the precision this CPU measured faster (best_cpu_dtype)."""
     if precision not in PRECISIONS:
         raise ValueError(f"encoder.precision={precision!r}; valid: {', '.join(PRECISIONS)}")
     if precision != "auto":
@@ -260,6 +261,6 @@ def autocast_dtype(device: torch.device, precision: str = "auto") -> torch.dtype
 
 
 def best_cpu_dtype() -> torch.dtype:
-    """bf16 only where the CPU has AMX tiles; elsewhere bf16 matmuls are slower than fp32."""
-    is_amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
-    return torch.bfloat16 if is_amx() else torch.float32
+    """The faster precision for the encoder's convolutions on this CPU, measured once and cached
+    (models/precision.py), not guessed from a CPU flag."""
+    return calibrated_dtype("encoder")
