@@ -165,3 +165,19 @@ def test_model_compile_trains_and_reports_its_first_step(tiny_cfg, tmp_path, mon
     compiled = train(tiny_cfg("trainer.max_epochs=1", "decode.beam_size=1", "model.compile=true"))
     assert compiled["first_step_s"] > compiled["median_step_s"]
     assert compiled["test/bleu4"] == pytest.approx(eager["test/bleu4"], abs=0.05)
+
+
+def test_bf16_mixed_trains_with_the_fused_optimizer_and_clipping(tiny_cfg):
+    """trainer=gpu's precision (bf16-mixed) with the default fused AdamW and gradient clipping:
+    Lightning alone refuses the pair for any device (lit/mixed.py says why it is safe for bf16);
+    here on the CPU, where trainer.precision=bf16-mixed is the same code path."""
+    from captioning.lit.mixed import BF16Mixed
+    from captioning.lit.training import build_trainer
+
+    trainer = build_trainer({"_target_": "pytorch_lightning.Trainer", "accelerator": "cpu",
+                             "precision": "bf16-mixed", "logger": False, "enable_checkpointing": False})
+    assert isinstance(trainer.precision_plugin, BF16Mixed) and trainer.precision == "bf16-mixed"
+    results = train(tiny_cfg("trainer.precision=bf16-mixed", "trainer.max_epochs=1",
+                             "trainer.limit_train_batches=3", "trainer.limit_val_batches=1",
+                             "trainer.limit_test_batches=1", "trainer.gradient_clip_val=0.01"))
+    assert results["train_precision"] == "bf16-mixed"

@@ -30,6 +30,7 @@ from .console import EpochLine, quiet_lightning, summary_table
 from .datamodule import CaptionDataModule
 from .loggers import build_loggers, run_labels, sync_hint
 from .media import ValidationMedia
+from .mixed import BF16Mixed
 from .module import CaptioningModule
 from .resume import adopt_run_dir, check_resumable, find_run, load_initial_weights, read_run, write_run
 from .throughput import Throughput
@@ -208,6 +209,11 @@ def build_trainer(trainer_cfg: dict, **kwargs) -> pl.Trainer:
             if k not in OWN_TRAINER_KEYS and k not in ("plugins", "use_distributed_sampler")}
     plugins = trainer_cfg.get("plugins") or []
     plugins = [hydra.utils.instantiate(p) for p in (plugins if isinstance(plugins, list) else [plugins])]
+    if str(args.get("precision")) in ("bf16-mixed", "bf16"):  # fused AdamW + clipping: lit/mixed.py
+        # autocast on the accelerator the Trainer will pick (accelerator=auto: the GPU if any)
+        on_cpu = str(args.get("accelerator", "auto")) == "cpu" or not torch.accelerator.is_available()
+        plugins.append(BF16Mixed("cpu" if on_cpu else torch.accelerator.current_accelerator().type))
+        del args["precision"]
     torch.set_float32_matmul_precision(trainer_cfg.get("matmul_precision", "highest"))
     return hydra.utils.instantiate(args, plugins=[AtomicCheckpointIO(), *plugins],
                                    use_distributed_sampler=False, **kwargs)
