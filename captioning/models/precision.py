@@ -52,13 +52,16 @@ def machine() -> str:
 
 def _work(kind: str) -> tuple[Callable[[], torch.Tensor], float]:
     """(one step of `kind`'s work at the model's shapes, its FLOPs)."""
-    g = torch.Generator().manual_seed(0)
+    g, cpu = torch.Generator().manual_seed(0), torch.device("cpu")  # a CPU calibration, by design
     if kind == "encoder":
-        x = torch.randn(32, 256, 16, 16, generator=g).contiguous(memory_format=torch.channels_last)
+        x = torch.randn(32, 256, 16, 16, generator=g, device=cpu)
+        x = x.contiguous(memory_format=torch.channels_last)
         conv = torch.nn.Conv2d(256, 256, 3, padding=1, bias=False).to(memory_format=torch.channels_last)
         return (lambda: conv(x)), 2 * 32 * 256 * 256 * 9 * 16 * 16
-    tokens, vocab = torch.randn(64 * 20, 512, generator=g), torch.randn(512, 10_000, generator=g)
-    cells, keys = torch.randn(64 * 16, 2048, generator=g), torch.randn(2048, 512, generator=g)
+    tokens = torch.randn(64 * 20, 512, generator=g, device=cpu)
+    vocab = torch.randn(512, 10_000, generator=g, device=cpu)
+    cells = torch.randn(64 * 16, 2048, generator=g, device=cpu)
+    keys = torch.randn(2048, 512, generator=g, device=cpu)
     return (lambda: (tokens @ vocab, cells @ keys)), 2 * (64 * 20 * 512 * 10_000 + 64 * 16 * 2048 * 512)
 
 
