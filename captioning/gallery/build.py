@@ -19,7 +19,13 @@ from ..errors import UserError
 from ..evaluation import decode_split
 from ..metrics.attributes import attribute_errors
 from ..metrics.coco import coco_per_image
-from ..metrics.stats import bleu_from_stats, bleu_stats, bootstrap_bleu, percentile_interval
+from ..metrics.stats import (
+    bleu_from_stats,
+    bleu_stats,
+    bootstrap_bleu,
+    bootstrap_indices,
+    percentile_interval,
+)
 from ..provenance import flatten, hashed_view
 from .page import write_page
 
@@ -105,8 +111,7 @@ def _corpus(runs: list[Run], ids: list, refs_tokens: dict, per_image: dict,
             samples: int = 1000) -> list[dict]:
     """Per run: corpus BLEU-4 (nltk, the training metric) and mean CIDEr-D with 95% bootstrap
     intervals over the images (one draw for all runs); and run k - run 0 the same way."""
-    rng = np.random.default_rng(0)
-    draw = rng.integers(0, len(ids), size=(samples, len(ids)))
+    draw = bootstrap_indices(len(ids), samples, seed=0)  # the images bootstrap_bleu resamples
     out = []
     stats = [np.stack([bleu_stats(tokenize(r.captions[i]), refs_tokens[i]) for i in ids]) for r in runs]
     cider = [np.array([per_image[r.name][i]["cider"] for i in ids]) for r in runs]

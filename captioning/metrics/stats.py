@@ -61,12 +61,16 @@ def bleu_from_stats(stats: np.ndarray, max_n: int = 4) -> np.ndarray:
     return np.where((matches > 0).all(-1) & (hyp_len > 0), score, 0.0)
 
 
+def bootstrap_indices(m: int, samples: int = 1000, seed: int = 0) -> np.ndarray:
+    """(samples, m) image indices drawn with replacement: one bootstrap draw, seeded, so every
+    statistic resampled with the same seed resamples the same images."""
+    return np.random.default_rng(seed).integers(0, m, size=(samples, m))
+
+
 def bootstrap_bleu(per_image: list[np.ndarray], samples: int = 1000, seed: int = 0) -> np.ndarray:
     """Resample test images (the same draw for every run) -> (samples,) BLEU-4 of the mean over
     runs. per_image: one (M, 10) bleu_stats array per run, rows aligned by image."""
-    rng = np.random.default_rng(seed)
-    m = per_image[0].shape[0]
-    idx = rng.integers(0, m, size=(samples, m))  # (S, M)
+    idx = bootstrap_indices(per_image[0].shape[0], samples, seed)  # (S, M)
     scores = [bleu_from_stats(stats[idx].sum(1)) for stats in per_image]  # each (S,)
     return np.mean(scores, axis=0)
 
