@@ -78,3 +78,100 @@ def test_the_real_measurement_runs(cache):
         assert r["fp32_s"] > 0 and r["choice"] in ("fp32", "bf16")
         faster = r["bf16_s"] is not None and r["bf16_s"] <= precision.MARGIN * r["fp32_s"]
         assert (r["choice"] == "bf16") == faster
+
+
+# --- trainer.precision=auto: a training step of the run's own model, measured here -------------
+
+def _tiny_run(tiny_cfg, *overrides):
+    """A composed tiny config, its data module and module (what train() builds before the Trainer)."""
+    from captioning.lit.datamodule import CaptionDataModule
+    from captioning.lit.module import CaptioningModule
+    from captioning.lit.training import _plain
+
+    plain = _plain(tiny_cfg(*overrides))
+    data = CaptionDataModule(plain["data"], plain["encoder"], plain["seed"])
+    data.prepare_data()
+    data.setup("fit")
+    return plain, data, CaptioningModule(plain, data.vocab.itos)
+
+
+def _resolve(plain, data, module, trainer=None):
+    from captioning.lit.precision import resolve_precision
+
+    return resolve_precision(trainer or plain["trainer"], plain, module.model,
+                             data.first_train_batch, data.vocab.pad)
+
+
+def test_auto_training_precision_measures_this_model_once(cache, tiny_cfg, monkeypatch, caplog):
+    plain, data, module = _tiny_run(tiny_cfg, "trainer.precision=auto", "trainer.accelerator=cpu")
+    races = []
+    real_race = precision._race
+
+    def race(run, repeats):
+        races.append(1)
+        out = real_race(run, 1)  # the real steps run (both precisions), the verdict is ours
+        return {**out, "fp32_s": 1.0, "bf16_s": 0.5, "choice": "bf16"}
+
+    monkeypatch.setattr(precision, "_race", race)
+    rng = torch.get_rng_state()
+    weights = {k: v.clone() for k, v in module.model.state_dict().items()}
+    with caplog.at_level("INFO", logger="captioning"):
+        chosen, why = _resolve(plain, data, module)
+    assert (chosen, races) == ("bf16-mixed", [1]) and "fp32 1.000 s, bf16 0.500 s -> bf16" in why
+    assert any("measured a training step" in r.getMessage() for r in caplog.records)
+    # the run itself is untouched: its weights and its random stream
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert all(torch.equal(v, module.model.state_dict()[k]) for k, v in weights.items())
+    # cached per machine and model: a second run (another process) does not measure again ...
+    monkeypatch.setattr(precision, "_MEMO", {})
+    assert _resolve(plain, data, module)[0] == "bf16-mixed" and races == [1]
+    # ... but another model does
+    plain2, data2, module2 = _tiny_run(tiny_cfg, "trainer.precision=auto", "attention=dot")
+    _resolve(plain2, data2, module2)
+    assert races == [1, 1]
+    assert len(json.loads(cache.read_text())[precision.machine()]["train"]) == 2
+
+
+def test_training_precision_from_config_is_not_measured(cache, tiny_cfg, monkeypatch):
+    plain, data, module = _tiny_run(tiny_cfg, "trainer.precision=bf16-mixed")
+
+    def never(*args, **kwargs):
+        raise AssertionError("a precision given in the config must not be measured")
+
+    monkeypatch.setattr(precision, "_race", never)
+    assert _resolve(plain, data, module) == ("bf16-mixed", "trainer.precision")
+    trainer = {**plain["trainer"], "precision": "auto", "accelerator": "cpu", "devices": 2}
+    assert _resolve(plain, data, module, trainer)[0] == "32-true"  # several processes: fp32
+    from captioning.lit import precision as lit_precision
+
+    monkeypatch.setattr(lit_precision, "accelerator_type", lambda cfg: "cuda")  # no GPU here
+    for bf16, expected in ((True, "bf16-mixed"), (False, "32-true")):
+        monkeypatch.setattr(lit_precision, "_has_bf16", lambda device, bf16=bf16: bf16)
+        assert _resolve(plain, data, module, {**trainer, "devices": 1})[0] == expected
+
+
+def test_training_falls_back_to_fp32_where_bf16_does_not_run(cache, tiny_cfg, monkeypatch):
+    plain, data, module = _tiny_run(tiny_cfg, "trainer.precision=auto", "trainer.accelerator=cpu")
+    real = precision._seconds
+
+    def no_bf16(run, dtype, repeats=5):
+        if dtype == torch.bfloat16:
+            raise RuntimeError("no bf16 kernel")
+        return real(run, dtype, 1)
+
+    monkeypatch.setattr(precision, "_seconds", no_bf16)
+    chosen, why = _resolve(plain, data, module)
+    assert chosen == "32-true" and "bf16 n/a -> fp32" in why
+
+
+def test_auto_is_what_the_run_records(tiny_cfg, cache):
+    from captioning.lit.training import train
+
+    results = train(tiny_cfg("trainer.precision=auto", "trainer.max_epochs=1",
+                             "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",
+                             "trainer.limit_test_batches=1"))
+    entry = json.loads(cache.read_text())[precision.machine()]["train"]
+    (measured,) = entry.values()
+    expected = {"bf16": "bf16-mixed", "fp32": "32-true"}[measured["choice"]]
+    assert results["train_precision"] == expected
+    assert results["train_precision_source"].startswith("auto: measured a training step here")

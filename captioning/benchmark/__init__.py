@@ -25,7 +25,7 @@ from dataclasses import fields
 import torch
 
 from ..cpu import flush_denormals
-from ..models.encoder import best_cpu_dtype
+from ..models.precision import calibrated_dtype
 from .config import DTYPES, BenchConfig, config_fields
 from .report import markdown, ratios
 from .sections import bench_decode, bench_encoder, bench_train, matmul_peak
@@ -43,7 +43,7 @@ def run_benchmark(args: BenchConfig) -> dict:
                           else args.device)
     precision = args.precision
     if precision == "auto":
-        auto = best_cpu_dtype() if device.type == "cpu" else torch.bfloat16
+        auto = calibrated_dtype("decoder") if device.type == "cpu" else torch.bfloat16
         precision = next(k for k, v in DTYPES.items() if v == auto)
     results = {
         "config": {f.name: getattr(args, f.name) for f in fields(args)},

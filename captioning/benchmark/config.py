@@ -43,7 +43,8 @@ class BenchConfig:
     threads: int | None = field(default=None, metadata={"help": "torch threads (default: torch's)"})
     device: str = field(default="auto", metadata={"help": "auto = cuda when available, else cpu"})
     precision: str = field(default="auto", metadata={
-        "help": "default precision: auto (bf16 on GPU and AMX CPUs, else fp32), fp32, bf16, fp16"})
+        "help": "default precision: auto (bf16 on a GPU; on a CPU what its decoder matmuls "
+                "measured faster: models/precision.py), fp32, bf16, fp16"})
 
     def __post_init__(self) -> None:
         if self.precision not in ("auto", *DTYPES):

@@ -10,7 +10,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..models import beam_search, build_decoder
+from ..models import beam_search, build_decoder, greedy_decode
+from ..models.losses import cross_entropy
 from ..models.refiner import REFINERS
 from .config import DTYPES
 
@@ -60,7 +61,7 @@ def train_step(dec, feats, tokens, opt, dtype, device):
     def step():
         with autocast(device, dtype):
             logits, _ = dec(feats, tokens[:, :-1], None, lengths)  # (B, T, V)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
+        loss = cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())  # training's loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -132,17 +133,10 @@ class Refined(torch.nn.Module):
         return self.decoder(self.refiner(features), *args, **kwargs)
 
 
-@torch.no_grad()
 def decode_steps(decoder, features: torch.Tensor, steps: int, bos: int = 1) -> torch.Tensor:
-    """Greedy decoding of exactly `steps` tokens through the decoder API (no early stop)."""
-    state = decoder.init_state(decoder.prepare(features), features)
-    tokens = torch.full((features.shape[0],), bos, dtype=torch.long, device=features.device)
-    out = []
-    for _ in range(steps):
-        logits, state, _ = decoder.step(tokens, state)
-        tokens = logits.argmax(-1)
-        out.append(tokens)
-    return torch.stack(out, 1)
+    """The project's greedy decoding of exactly `steps` tokens: its <eos> is an id no step
+    emits (-1), so no caption ends early and every run does the same work."""
+    return greedy_decode(decoder, features, bos, -1, steps)[0]
 
 
 def bench_decode(args, device, results) -> None:

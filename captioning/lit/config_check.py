@@ -31,6 +31,7 @@ from ..models.refiner import REFINERS
 from ..paths import conf_dir
 from ..provenance import flatten, get_dotted
 from ..visualize import SCALES
+from .precision import TRAIN_PRECISIONS
 
 CONF_DIR = conf_dir()
 
@@ -167,6 +168,7 @@ RULES = [
      "an integer >= 1 (the one-cycle schedule needs a finite length; -1 = endless is not offered)"),
     ("trainer.nan_policy", lambda v: v in ("stop", "skip"), "stop or skip"),
     ("trainer.nan_max_in_row", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0"),
+    ("trainer.precision", lambda v: str(v) in TRAIN_PRECISIONS, " | ".join(TRAIN_PRECISIONS)),
     ("trainer.matmul_precision", lambda v: v in ("highest", "high", "medium"),
      "highest, high (TF32) or medium"),
     ("media.attention_scale", lambda v: v in SCALES, " or ".join(SCALES)),

@@ -112,16 +112,25 @@ class CaptionDataModule(pl.LightningDataModule):
         return record_images(self.data, self.encoder_cfg["image_size"],
                              self.data_cfg.get("max_image_pixels", MAX_PIXELS))
 
-    def train_dataloader(self) -> DataLoader:
+    def _train_images(self):
         max_len, per_image = self.data_cfg.get("max_caption_len", 30), self.data_cfg.get("captions_per_image")
         if self.finetune:
             enc = self.encoder_cfg
             augment = enc.get("augment", True)
-            images = AugmentedImageCaptions(
+            return AugmentedImageCaptions(
                 self.data, "train", self._files(), self.seed,
                 enc.get("crop_scale", (1.0, 1.0)) if augment else (1.0, 1.0), augment, max_len, per_image)
-        else:
-            images = ImageCaptions(self.data, "train", max_len, per_image)
+        return ImageCaptions(self.data, "train", max_len, per_image)
+
+    def first_train_batch(self) -> dict:
+        """The first batch_size training images in split order, collated as a training batch
+        (no sampler, no workers): a batch of this run's shapes, e.g. to time a step on."""
+        images = self._train_images()
+        items = [images[i] for i in range(min(self.data_cfg["batch_size"], len(images)))]
+        return Collate(self.data, self.data.vocab.pad)(items)
+
+    def train_dataloader(self) -> DataLoader:
+        images = self._train_images()
         batch_size = self.data_cfg["batch_size"]
         # The trainer runs with use_distributed_sampler=false: this sampler shards by rank itself.
         sampler = EpochShuffle(len(images), self.seed, *self._rank_world(), with_epoch=self.finetune)

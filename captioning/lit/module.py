@@ -9,7 +9,6 @@ import warnings
 import hydra
 import pytorch_lightning as pl
 import torch
-import torch.nn.functional as F
 
 from ..checkpoint import FORMAT_VERSION
 from ..data.vocab import Vocabulary
@@ -24,6 +23,7 @@ from ..models.attention import (
     sentinel_weight,
 )
 from ..models.captioner import build_captioner
+from ..models.losses import cross_entropy
 from ..predict import caption_features, greedy
 from .scst import SelfCritical, training_references
 
@@ -78,19 +78,12 @@ class CaptioningModule(pl.LightningModule):
             return self._scst_step(batch)
         tokens = batch["tokens"]  # (B, T)
         targets = tokens[:, 1:]  # (B, T-1)
-        lengths = (targets != self.vocab.pad).sum(1)  # padding is never computed
         p = sample_prob(self.cfg.get("model", {}).get("scheduled_sampling") or {}, self.current_epoch)
         if p:
             self.log("train/sample_prob", p, batch_size=len(tokens))
-        logits, weights = self.model(
-            self._raw_features(batch), tokens[:, :-1], lengths, batch["image_index"], sample_prob=p
-        )  # (B, T-1, V), (B, T-1, N)
-        loss = F.cross_entropy(
-            logits.flatten(0, 1).float(),
-            targets.flatten(),
-            ignore_index=self.vocab.pad,
-            label_smoothing=self.cfg["optim"].get("label_smoothing", 0.0),
-        )
+        loss, weights = teacher_forced_loss(
+            self.model, self._raw_features(batch), tokens, batch["image_index"], self.vocab.pad,
+            self.cfg["optim"].get("label_smoothing", 0.0), p)
         alpha_c = self.cfg["optim"].get("alpha_c", 0.0)
         if alpha_c:  # doubly stochastic attention (for the Transformer: its last layer, head mean)
             penalty = doubly_stochastic_penalty(weights, targets != self.vocab.pad)
@@ -293,6 +286,21 @@ class CaptioningModule(pl.LightningModule):
             scheduler = config.scheduler
             if isinstance(scheduler, torch.optim.lr_scheduler.OneCycleLR) and scheduler.total_steps != total:
                 replan_one_cycle(scheduler, total)
+
+
+def teacher_forced_loss(model: torch.nn.Module, features: torch.Tensor, tokens: torch.Tensor,
+                        image_index: torch.Tensor, pad: int, label_smoothing: float = 0.0,
+                        sample_prob: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The cross-entropy step's loss: raw features (I, N, C), tokens (B, T) with <bos> first,
+    image_index (B,) -> (mean token loss over non-padding targets, attention weights (B, T-1, N))."""
+    targets = tokens[:, 1:]  # (B, T-1)
+    lengths = (targets != pad).sum(1)  # padding is never computed
+    logits, weights = model(features, tokens[:, :-1], lengths, image_index,
+                            sample_prob=sample_prob)  # (B, T-1, V), (B, T-1, N)
+    # F.cross_entropy's numbers in fewer passes over the logits (models/losses.py)
+    loss = cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=pad,
+                         label_smoothing=label_smoothing)
+    return loss, weights
 
 
 def lr_scale(rule: str, world_size: int) -> float:

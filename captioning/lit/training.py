@@ -32,6 +32,7 @@ from .loggers import build_loggers, run_labels, sync_hint
 from .media import ValidationMedia
 from .mixed import BF16Mixed
 from .module import CaptioningModule
+from .precision import accelerator_type, resolve_precision
 from .resume import adopt_run_dir, check_resumable, find_run, load_initial_weights, read_run, write_run
 from .throughput import Throughput
 
@@ -120,6 +121,9 @@ def train(cfg: DictConfig) -> dict:
                                        patience=stop["patience"], min_delta=stop.get("min_delta", 0.0)))
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg["log_every_n_steps"] = _log_every(trainer_cfg, datamodule)
+    trainer_cfg["precision"], precision_source = resolve_precision(
+        trainer_cfg, plain, module.model, datamodule.first_train_batch, datamodule.vocab.pad)
+    log.info("training precision: %s (%s)", trainer_cfg["precision"], precision_source)
     trainer = build_trainer(trainer_cfg, callbacks=callbacks, logger=loggers or False)
     wandb_ids = [lg.experiment.id for lg in loggers if isinstance(lg, WandbLogger)]
     if trainer.is_global_zero:
@@ -159,6 +163,7 @@ def train(cfg: DictConfig) -> dict:
         feature_precision=datamodule.data.features.precision,
         # The training step's precision (trainer.precision as Lightning ran it).
         train_precision=str(trainer.precision),
+        train_precision_source=precision_source,  # trainer.precision, or auto's measurement
         # The captioning model's own weights: decoder and key-side refiner (not the encoder).
         params=sum(p.numel() for m in (module.model.decoder, module.model.refiner) if m is not None
                    for p in m.parameters()),
@@ -211,8 +216,7 @@ def build_trainer(trainer_cfg: dict, **kwargs) -> pl.Trainer:
     plugins = [hydra.utils.instantiate(p) for p in (plugins if isinstance(plugins, list) else [plugins])]
     if str(args.get("precision")) in ("bf16-mixed", "bf16"):  # fused AdamW + clipping: lit/mixed.py
         # autocast on the accelerator the Trainer will pick (accelerator=auto: the GPU if any)
-        on_cpu = str(args.get("accelerator", "auto")) == "cpu" or not torch.accelerator.is_available()
-        plugins.append(BF16Mixed("cpu" if on_cpu else torch.accelerator.current_accelerator().type))
+        plugins.append(BF16Mixed(accelerator_type(args)))
         del args["precision"]
     torch.set_float32_matmul_precision(trainer_cfg.get("matmul_precision", "highest"))
     return hydra.utils.instantiate(args, plugins=[AtomicCheckpointIO(), *plugins],

@@ -29,7 +29,8 @@ def greedy_decode(
         if block_ngram and out:
             seqs = torch.stack(out, 1)  # (B, t) the words so far
             logits = logits.masked_fill(blocked_ngrams(seqs, block_ngram, logits.shape[-1]), float("-inf"))
-        tokens = logits.argmax(-1).masked_fill(done, eos)  # (B,)
+        # argmax on float32: a CPU's bf16 argmax converts every element and takes twice as long
+        tokens = logits.float().argmax(-1).masked_fill(done, eos)  # (B,)
         out.append(tokens)
         weights.append(w)
         done |= tokens == eos

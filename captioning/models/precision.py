@@ -1,14 +1,17 @@
-"""Which precision is faster on this CPU: measured once per machine (CPU model, torch version,
+"""Which precision is faster on this CPU: measured on the machine (CPU model, torch version,
 thread count) at the model's own shapes, cached on disk, never guessed from a CPU flag.
 
-bf16 matmuls are ~4x fp32 on AMX and on AMD CPUs with AVX-512 BF16, and slower than fp32 on
-AVX-512 Intel CPUs without them (docs/benchmarks.md): only a timing tells them apart. Two
-classes of work are timed, fp32 against bf16 autocast:
+bf16 matmuls are several times faster than fp32 on AMX CPUs and on AMD CPUs with AVX-512 BF16,
+and slower on AVX-512 Intel CPUs without them (docs/benchmarks.md): only a timing tells them
+apart. What is timed, fp32 against bf16 autocast:
 - `encoder`: a 3x3 convolution of a ResNet's third stage (feature extraction, the frozen part
   of a fine-tuned encoder, caption.py);
 - `decoder`: the decoder's matmuls (the vocabulary projection of a batch of 64 x 20 tokens, a
-  key projection of 64 x 16 cells of 2048-d features).
-bf16 is chosen for a class where it takes at most MARGIN of fp32's time. The cache is
+  key projection of 64 x 16 cells of 2048-d features);
+- a training step of a run's own model at its own batch shapes (`trainer.precision=auto`,
+  lit/precision.py), once per model and shape signature: a decoder of many small steps can be
+  slower in bf16 on a CPU whose bf16 matmuls are faster (autocast's casts, bf16 elementwise work).
+bf16 is chosen where it takes at most MARGIN of fp32's time. The cache is
 `$CAPTIONING_CACHE_DIR/precision.json` (default `data/cache/`, beside the feature stores); one
 log line says what was measured and chosen. torch and the standard library only.
 """
@@ -65,34 +68,65 @@ def _work(kind: str) -> tuple[Callable[[], torch.Tensor], float]:
     return (lambda: (tokens @ vocab, cells @ keys)), 2 * (64 * 20 * 512 * 10_000 + 64 * 16 * 2048 * 512)
 
 
-def _seconds(step: Callable, dtype: torch.dtype, repeats: int = 5) -> float:
-    """Median seconds of `step` under CPU autocast to `dtype` (fp32: no autocast)."""
-    with torch.no_grad(), torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
-        step()  # warm-up: kernels chosen, memory allocated
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - start)
+def _seconds(run: Callable[[torch.dtype], object], dtype: torch.dtype, repeats: int = 5) -> float:
+    """Median seconds of `run(dtype)` over `repeats` calls after one warm-up (kernels chosen,
+    memory allocated)."""
+    run(dtype)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run(dtype)
+        times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
+def _race(run: Callable[[torch.dtype], object], repeats: int) -> dict:
+    """fp32 against bf16 for `run(dtype)` -> {"fp32_s", "bf16_s", "choice"}; a bf16 that fails to
+    run (no bf16 kernels) gives fp32."""
+    fp32 = _seconds(run, torch.float32, repeats)
+    try:
+        bf16 = _seconds(run, torch.bfloat16, repeats)
+    except RuntimeError as err:  # bf16 unsupported here
+        log.warning("precision: bf16 does not run on this CPU (%s): fp32", err)
+        bf16 = None
+    return {"fp32_s": round(fp32, 5), "bf16_s": None if bf16 is None else round(bf16, 5),
+            "choice": "bf16" if bf16 is not None and bf16 <= MARGIN * fp32 else "fp32"}
+
+
+def _inference(step: Callable[[], object]) -> Callable[[torch.dtype], object]:
+    def run(dtype: torch.dtype) -> object:
+        with torch.no_grad(), torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+            return step()
+    return run
+
+
 def measure() -> dict:
-    """Time fp32 against bf16 for every kind -> {kind: {"fp32_s", "bf16_s", "choice"}}; a bf16
-    that fails to run (no bf16 kernels) gives fp32."""
+    """Time fp32 against bf16 for every kind -> {kind: {"fp32_s", "bf16_s", "fp32_tflops", "choice"}}."""
     out = {}
     for kind in KINDS:
         step, flops = _work(kind)
-        fp32 = _seconds(step, torch.float32)
-        try:
-            bf16 = _seconds(step, torch.bfloat16)
-        except RuntimeError as err:  # bf16 unsupported here
-            log.warning("precision: bf16 does not run on this CPU (%s): fp32", err)
-            bf16 = float("inf")
-        out[kind] = {"fp32_s": round(fp32, 5), "bf16_s": round(bf16, 5) if bf16 != float("inf") else None,
-                     "fp32_tflops": round(flops / fp32 / 1e12, 3),
-                     "choice": "bf16" if bf16 <= MARGIN * fp32 else "fp32"}
+        out[kind] = _race(_inference(step), 5)
+        out[kind]["fp32_tflops"] = round(flops / out[kind]["fp32_s"] / 1e12, 3)
     return out
+
+
+def _read(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _update(path: Path, key: str, change: Callable[[dict], None]) -> dict:
+    """Apply `change` to this machine's entry in the cache file, read just before writing (another
+    process may have added to it), atomically -> the entry."""
+    cached = _read(path)
+    change(cached.setdefault(key, {}))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(cached, indent=1))
+    tmp.replace(path)
+    return cached[key]
 
 
 def calibration(measure_fn: Callable[[], dict] | None = None) -> dict:
@@ -101,21 +135,29 @@ def calibration(measure_fn: Callable[[], dict] | None = None) -> dict:
     path = cache_path()
     if (key, str(path)) in _MEMO:
         return _MEMO[(key, str(path))]
-    try:
-        cached = json.loads(path.read_text())
-    except (OSError, ValueError):
-        cached = {}
-    if key not in cached:
+    entry = _read(path).get(key, {})
+    if not all(kind in entry for kind in KINDS):
         result = (measure_fn or measure)()
-        cached[key] = result
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(cached, indent=1))
-        tmp.replace(path)
+        entry = _update(path, key, lambda e: e.update(result))
         log.info("precision: measured on %s: %s (cached in %s; delete it to measure again)",
                  key, "; ".join(_describe(kind, r) for kind, r in result.items()), path)
-    _MEMO[(key, str(path))] = cached[key]
-    return cached[key]
+    _MEMO[(key, str(path))] = entry
+    return entry
+
+
+def training_choice(signature: str, run: Callable[[torch.dtype], object], repeats: int = 3) -> dict:
+    """fp32 against bf16 autocast for one training step at a run's own shapes: `run(dtype)` does
+    forward (under autocast to dtype), backward and the optimiser step on a copy of the model.
+    Measured once per machine and `signature` (what decides the step's cost: model, shapes),
+    cached beside the kernel calibration -> {"fp32_s", "bf16_s", "choice"}."""
+    key, path = machine(), cache_path()
+    entry = _read(path).get(key, {}).get("train", {}).get(signature)
+    if entry is None:
+        entry = _race(run, repeats)
+        _update(path, key, lambda e: e.setdefault("train", {}).update({signature: entry}))
+        log.info("precision: measured a training step (%s) on %s: %s (cached in %s; delete it to "
+                 "measure again)", signature, key, _describe("step", entry), path)
+    return entry
 
 
 def _describe(kind: str, r: dict) -> str:
@@ -128,3 +170,12 @@ def calibrated_dtype(kind: str) -> torch.dtype:
     if kind not in KINDS:
         raise ValueError(f"unknown precision kind '{kind}'; known: {', '.join(KINDS)}")
     return torch.bfloat16 if calibration()[kind]["choice"] == "bf16" else torch.float32
+
+
+def to_autocast_dtype(x: torch.Tensor) -> torch.Tensor:
+    """x in the dtype autocast gives matmuls on its device when autocast is on there, else x:
+    a tensor that feeds several projections is cast once instead of once per projection."""
+    device = x.device.type
+    if torch.is_autocast_enabled(device) and x.is_floating_point():
+        return x.to(torch.get_autocast_dtype(device))
+    return x

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .base import CrossAttention, register
+from .base import CrossAttention, full_precision, register
 
 
 @register("additive")
@@ -34,11 +34,15 @@ class AdditiveAttention(CrossAttention):
             raise ValueError(f"attention.init must be 'default' or 'orthogonal', got '{init}'")
 
     def _prepare_keys(self, keys: torch.Tensor) -> torch.Tensor:
-        return self.w_key(keys)  # (B, N, A)
+        # float32 even under bf16 autocast: the (B, T, N, A) add and tanh below are elementwise
+        # work, which a CPU does faster in fp32 than in bf16 (it has no bf16 arithmetic but dot
+        # products: each bf16 element is converted), and more exactly; the projections stay bf16.
+        return self.w_key(keys).float()  # (B, N, A), once per image
 
     def _scores(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        q = self.w_query(query)  # (B, T, A)
+        q = self.w_query(query).float()  # (B, T, A)
         # In place: the (B, T, N, A) sum is the largest tensor here; one buffer, not two
         # (autograd allows it: tanh's backward needs its output, add's needs nothing).
-        hidden = torch.tanh_(q.unsqueeze(2) + keys.unsqueeze(1))  # (B, T, N, A)
-        return self.v(hidden).squeeze(-1)  # (B, T, N)
+        hidden = torch.tanh_(q.unsqueeze(2) + keys.unsqueeze(1))  # (B, T, N, A) float32
+        with full_precision(hidden):  # v is a matrix-vector product: no gain from bf16, one cast less
+            return self.v(hidden).squeeze(-1)  # (B, T, N)

@@ -41,6 +41,11 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Ten
     return scores.softmax(dim=-1).nan_to_num(0.0)  # all -inf rows give NaN
 
 
+def full_precision(x: torch.Tensor):
+    """A context without autocast on x's device: the ops inside run in their inputs' dtype."""
+    return torch.autocast(x.device.type, enabled=False)
+
+
 class CrossAttention(nn.Module):
     """Base class: subclasses implement `_prepare_keys` and `_scores`; queries may be (B, Dq)
     or (B, T, Dq)."""

@@ -72,7 +72,8 @@ class GatedMixedAttention(AdditiveAttention):
 
     def _prepare_keys(self, keys: torch.Tensor) -> torch.Tensor:
         # Both key projections, concatenated so Prepared.map (beam reordering) moves them together.
-        return torch.cat([self.w_key(keys), self.w_dot(keys)], dim=-1)  # (B, N, A + Dq)
+        # float32, as additive's own keys (AdditiveAttention._prepare_keys says why).
+        return torch.cat([super()._prepare_keys(keys), self.w_dot(keys).float()], dim=-1)  # (B, N, A + Dq)
 
     def _scores(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         add_keys, dot_keys = keys.split([self.v.in_features, self.query_dim], dim=-1)

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from .base import CrossAttention, Prepared, masked_softmax, register
+from .base import CrossAttention, Prepared, full_precision, masked_softmax, register
 
 
 class _MultiHead(CrossAttention):
@@ -79,9 +79,11 @@ class MultiHeadAdditiveAttention(_MultiHead):
         self.v = nn.Parameter(torch.randn(self.h, self.a) / math.sqrt(self.a))
 
     def _prepare_keys(self, keys: torch.Tensor) -> torch.Tensor:
-        return self._split(self.w_key(keys), self.a)  # (B, H, N, a)
+        # float32 under autocast too, as single-head additive (its _prepare_keys says why)
+        return self._split(self.w_key(keys).float(), self.a)  # (B, H, N, a)
 
     def _head_scores(self, q, keys):
-        q = self._split(self.w_query(q), self.a)  # (B, H, T, a)
+        q = self._split(self.w_query(q).float(), self.a)  # (B, H, T, a)
         hidden = torch.tanh_(q.unsqueeze(3) + keys.unsqueeze(2))  # (B, H, T, N, a), in place
-        return torch.einsum("bhtna,ha->bhtn", hidden, self.v)  # (B, H, T, N)
+        with full_precision(hidden):
+            return torch.einsum("bhtna,ha->bhtn", hidden, self.v)  # (B, H, T, N)

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ..attention import Prepared, build_attention
+from ..precision import to_autocast_dtype
 
 
 @dataclass
@@ -61,6 +62,7 @@ class LSTMDecoder(nn.Module):
         """features (B, N, Df) -> keys prepared and values projected, once per image."""
         if not self.prepare_once:  # naive baseline: carry the raw features, project per step
             return Prepared(features, features, mask)
+        features = to_autocast_dtype(features)  # one cast for both projections, not one each
         return self.attention.prepare(features, mask, values=self.value_proj(features))
 
     def init_state(self, prepared: Prepared, features: torch.Tensor) -> LSTMState:
