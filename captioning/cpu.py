@@ -1,8 +1,25 @@
-"""A CPU floating-point setting every entry point makes once, before torch starts its threads."""
+"""CPU settings every entry point makes once, before torch starts its threads and creates its
+first oneDNN kernel: `configure_cpu()`."""
 
 from __future__ import annotations
 
+import os
+
 import torch
+
+# oneDNN kernels kept ready (its default is 1024). Each matmul shape has its own bf16 kernel; the
+# LSTM decoder's batch shrinks step by step with the captions' lengths, and forward and backward
+# of a training batch then meet more shapes than 1024 kernels hold, so bf16 training made its
+# kernels again at every step: 1.6-1.7x slower steps at the built-in run's shapes on an AMX CPU
+# (docs/benchmarks.md: "Training precision"). A few KB per kernel.
+ONEDNN_KERNEL_CACHE = 16384
+
+
+def configure_cpu() -> bool:
+    """flush_denormals(), and a larger oneDNN kernel cache unless ONEDNN_PRIMITIVE_CACHE_CAPACITY
+    is set (oneDNN reads it when it makes its first kernel). -> flush_denormals()'s answer."""
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_KERNEL_CACHE))
+    return flush_denormals()
 
 
 def flush_denormals() -> bool:
@@ -10,10 +27,9 @@ def flush_denormals() -> bool:
 
     A sharp softmax makes them: an attention that collapses onto one cell, or a confident
     vocabulary, leaves many probabilities below 1e-38, and x86 cores compute on such numbers
-    through slow microcode assists. Measured on a Transformer decoder at epoch 4 of
-    `decoder=transformer attention=aoa`: a training step 4.08x slower without this, and epochs
-    slowing ~3x as the model sharpened (docs/benchmarks.md); results change in the last digits
-    only. Threads copy the setting when they are created, so call this before the first
-    parallel op (every entry point does; calling it again is harmless).
+    through slow microcode assists (a Transformer decoder's step several times slower as the
+    model sharpened: docs/benchmarks.md); results change in the last digits only. Threads copy
+    the setting when they are created, so call this before the first parallel op (every entry
+    point does, through configure_cpu; calling it again is harmless).
     GPUs are unaffected. -> whether this CPU supports it."""
     return torch.set_flush_denormal(True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from .checkpoint import load_checkpoint
-from .cpu import flush_denormals
+from .cpu import configure_cpu
 from .data.features import resolve_device
 from .data.vocab import Vocabulary
 from .models.captioner import Captioner
@@ -69,7 +69,7 @@ class Predictor:
         """`decode` entries that are not None override the checkpoint's own settings; `device`:
         auto (the GPU when there is one, as training), cpu, cuda or cuda:N."""
         where = resolve_device(device)  # a bad name fails before the checkpoint is read
-        flush_denormals()  # decoding a trained model is full of them too
+        configure_cpu()  # decoding a trained model is full of them too
         model, vocab, cfg = load_checkpoint(checkpoint)
         return cls(model.to(where), vocab, cfg, decode_settings(cfg["decode"], decode), where)
 

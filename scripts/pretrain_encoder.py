@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
-from captioning.cpu import flush_denormals
+from captioning.cpu import configure_cpu
 from captioning.data.attribute_targets import LABELS, attribute_labels
 from captioning.data.images import ImageFiles
 from captioning.data.prepare import load_dataset_records
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("overrides", nargs="*",
                    help="train.py overrides for the data (e.g. data.synthetic.num_train=96)")
     args = p.parse_args(argv)
-    flush_denormals()  # as training does
+    configure_cpu()  # as training does
     cfg = data_config(args.overrides)
     records, _, _ = load_dataset_records(cfg["data"])
     size = cfg["encoder"]["image_size"]

@@ -30,6 +30,14 @@ def _fake(bf16_ratio: float):
     return measure, calls
 
 
+def test_the_two_precisions_alternate_after_a_warm_up_each():
+    order = []
+    result = precision._race(order.append, 3)
+    fp32, bf16 = torch.float32, torch.bfloat16
+    assert order == [bf16, fp32, fp32, bf16, fp32, bf16, fp32, bf16]
+    assert set(result) == {"fp32_s", "bf16_s", "choice"}
+
+
 def test_measured_once_cached_and_reused(cache, monkeypatch, caplog):
     measure, calls = _fake(0.3)
     monkeypatch.setattr(precision, "measure", measure)
@@ -48,14 +56,18 @@ def test_not_faster_enough_or_not_running_means_fp32(cache, monkeypatch):
     assert precision.calibrated_dtype("encoder") == torch.float32
     monkeypatch.setattr(precision, "_MEMO", {})
     cache.unlink()
-    real = precision._seconds
+    real = precision._inference
 
-    def no_bf16(step, dtype, repeats=5):
-        if dtype == torch.bfloat16:
-            raise RuntimeError("no bf16 kernel")
-        return real(step, dtype, 1)
+    def no_bf16(step):
+        run = real(step)
 
-    monkeypatch.setattr(precision, "_seconds", no_bf16)
+        def guarded(dtype):
+            if dtype == torch.bfloat16:
+                raise RuntimeError("no bf16 kernel")
+            return run(dtype)
+        return guarded
+
+    monkeypatch.setattr(precision, "_inference", no_bf16)
     result = precision.calibration(REAL_MEASURE)
     assert all(r["choice"] == "fp32" and r["bf16_s"] is None for r in result.values())
 
@@ -99,7 +111,7 @@ def _resolve(plain, data, module, trainer=None):
     from captioning.lit.precision import resolve_precision
 
     return resolve_precision(trainer or plain["trainer"], plain, module.model,
-                             data.first_train_batch, data.vocab.pad)
+                             data.first_train_batches, data.vocab.pad)
 
 
 def test_auto_training_precision_measures_this_model_once(cache, tiny_cfg, monkeypatch, caplog):
@@ -152,14 +164,20 @@ def test_training_precision_from_config_is_not_measured(cache, tiny_cfg, monkeyp
 
 def test_training_falls_back_to_fp32_where_bf16_does_not_run(cache, tiny_cfg, monkeypatch):
     plain, data, module = _tiny_run(tiny_cfg, "trainer.precision=auto", "trainer.accelerator=cpu")
-    real = precision._seconds
+    from captioning.lit import precision as lit_precision
 
-    def no_bf16(run, dtype, repeats=5):
-        if dtype == torch.bfloat16:
-            raise RuntimeError("no bf16 kernel")
-        return real(run, dtype, 1)
+    real = lit_precision._step
 
-    monkeypatch.setattr(precision, "_seconds", no_bf16)
+    def no_bf16(*args):
+        run = real(*args)
+
+        def guarded(dtype):
+            if dtype == torch.bfloat16:
+                raise RuntimeError("no bf16 kernel")
+            return run(dtype)
+        return guarded
+
+    monkeypatch.setattr(lit_precision, "_step", no_bf16)
     chosen, why = _resolve(plain, data, module)
     assert chosen == "32-true" and "bf16 n/a -> fp32" in why
 
@@ -175,3 +193,33 @@ def test_auto_is_what_the_run_records(tiny_cfg, cache):
     expected = {"bf16": "bf16-mixed", "fp32": "32-true"}[measured["choice"]]
     assert results["train_precision"] == expected
     assert results["train_precision_source"].startswith("auto: measured a training step here")
+
+
+@pytest.mark.parametrize("decoder", ["lstm", "transformer"])
+def test_bf16_mixed_caches_casts_without_losing_gradients(decoder):
+    """lit/mixed.py turns autocast's cast cache on: each weight's gradient must match the
+    cache-less run's (Lightning's default), also with scheduled sampling, whose first pass casts
+    the same weights under no_grad."""
+    from conftest import TINY_DECODERS
+
+    from captioning.lit.mixed import BF16Mixed
+    from captioning.models import build_decoder
+
+    torch.manual_seed(0)
+    model = build_decoder({"name": decoder, **TINY_DECODERS[decoder]}, 50, 24, {"name": "additive"})
+    features, tokens = torch.randn(3, 9, 24), torch.randint(4, 50, (3, 7))
+    grads = []
+    for context in (lambda: BF16Mixed("cpu").autocast_context_manager(),
+                    lambda: torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False)):
+        model.zero_grad()
+        torch.manual_seed(1)  # the same dropout and the same scheduled-sampling draws
+        with context():
+            logits, _ = model(features, tokens, sample_prob=0.5)
+        logits.float().square().mean().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    cached, uncached = grads
+    assert cached.keys() == uncached.keys() and len(cached) > 5
+    for name, g in uncached.items():
+        assert g.abs().max() == 0 or cached[name].abs().max() > 0, f"{name} lost its gradient"
+        # the cached run sums a weight's per-step gradients in bf16: close, not equal
+        torch.testing.assert_close(cached[name], g, rtol=0.05, atol=0.05 * float(g.abs().max()) + 1e-6)

@@ -24,7 +24,7 @@ from dataclasses import fields
 
 import torch
 
-from ..cpu import flush_denormals
+from ..cpu import configure_cpu
 from ..models.precision import calibrated_dtype
 from .config import DTYPES, BenchConfig, config_fields
 from .report import markdown, ratios
@@ -35,7 +35,7 @@ __all__ = ["BenchConfig", "config_fields", "markdown", "run_benchmark"]
 def run_benchmark(args: BenchConfig) -> dict:
     """Measure the configured sections -> results (config, peak, train, decode, encoder,
     ratios, wall_s); `markdown(results)` renders them."""
-    flush_denormals()  # as training and decoding run
+    configure_cpu()  # as training and decoding run
     sections = set(args.sections.split(","))
     if args.threads:
         torch.set_num_threads(args.threads)

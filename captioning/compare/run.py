@@ -12,7 +12,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ..benchmark import BenchConfig, run_benchmark
-from ..cpu import flush_denormals
+from ..cpu import configure_cpu
 from ..data.prepare import load_dataset_records
 from ..errors import UserError
 from ..gallery import build_gallery
@@ -50,7 +50,7 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
     """cfg: the composed train config with a `compare` block (an experiment preset);
     overrides: the user's command-line overrides, applied to every cell; compose(overrides)
     -> a cell's train config. Returns the report directory (None: no finished cell)."""
-    flush_denormals()  # before the benchmark or any cell starts torch's threads
+    configure_cpu()  # before the benchmark or any cell starts torch's threads
     if "compare" not in cfg:
         raise UserError("no compare settings: add experiment=cross_modal (or cross_modal_quick)")
     spec = OmegaConf.to_container(cfg.compare, resolve=True)

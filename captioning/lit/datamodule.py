@@ -122,12 +122,14 @@ class CaptionDataModule(pl.LightningDataModule):
                 enc.get("crop_scale", (1.0, 1.0)) if augment else (1.0, 1.0), augment, max_len, per_image)
         return ImageCaptions(self.data, "train", max_len, per_image)
 
-    def first_train_batch(self) -> dict:
-        """The first batch_size training images in split order, collated as a training batch
-        (no sampler, no workers): a batch of this run's shapes, e.g. to time a step on."""
-        images = self._train_images()
-        items = [images[i] for i in range(min(self.data_cfg["batch_size"], len(images)))]
-        return Collate(self.data, self.data.vocab.pad)(items)
+    def first_train_batches(self, count: int) -> list[dict]:
+        """The first `count` training batches in split order (no sampler, no workers), collated
+        as training batches: batches of this run's shapes, e.g. to time steps on."""
+        images, size = self._train_images(), self.data_cfg["batch_size"]
+        collate = Collate(self.data, self.data.vocab.pad)
+        starts = range(0, min(count * size, len(images)), size)
+        return [collate([images[i] for i in range(start, min(start + size, len(images)))])
+                for start in starts]
 
     def train_dataloader(self) -> DataLoader:
         images = self._train_images()

@@ -24,11 +24,13 @@ from lightning_fabric.connector import _PRECISION_INPUT_INT, _PRECISION_INPUT_ST
 
 from ..models.precision import training_choice
 from ..provenance import fingerprint
+from .mixed import BF16Mixed
 from .module import teacher_forced_loss
 
 log = logging.getLogger(__name__)
 
 PRECISIONS = {torch.float32: "32-true", torch.bfloat16: "bf16-mixed"}
+STEPS = 6  # timed steps per precision (after one warm-up step each), alternating
 # What trainer.precision may be: auto, or what Lightning's Trainer takes.
 TRAIN_PRECISIONS = tuple(dict.fromkeys(["auto", *get_args(_PRECISION_INPUT_STR), *(
     str(v) for v in (*get_args(_PRECISION_INPUT_STR_ALIAS), *get_args(_PRECISION_INPUT_INT)))]))
@@ -48,9 +50,9 @@ def _has_bf16(device_type: str) -> bool:
 
 
 def resolve_precision(trainer_cfg: dict, cfg: dict, model: torch.nn.Module,
-                      first_batch: Callable[[], dict], pad: int) -> tuple[str, str]:
+                      batches: Callable[[int], list[dict]], pad: int) -> tuple[str, str]:
     """-> (Lightning precision, why): `trainer.precision` as given, or for `auto` the measured
-    choice. `first_batch()` gives a training batch of this run (collated; called only to
+    choice. `batches(k)` gives k training batches of this run (collated; called only to
     measure), `model` is the captioning model (copied here: the run's own weights, optimiser
     and random streams stay untouched), `pad` the vocabulary's padding id."""
     asked = str(trainer_cfg.get("precision", "32-true"))
@@ -65,9 +67,12 @@ def resolve_precision(trainer_cfg: dict, cfg: dict, model: torch.nn.Module,
         return "32-true", "auto: fp32 for several CPU processes (not measured)"
     if cfg["encoder"].get("finetune"):  # its images and encoder follow encoder.precision
         return "32-true", "auto: fp32 when fine-tuning the encoder on a CPU (not measured)"
-    with _random_streams_kept():  # the batch and dropout in the measured steps draw from them
-        batch = first_batch()
-        result = training_choice(_signature(cfg, model, batch), _step(model, cfg, batch, pad))
+    with _random_streams_kept():  # the batches and dropout in the measured steps draw from them
+        # Distinct batches, the same ones for both precisions: the LSTM's per-step batch shrinks
+        # with each batch's caption lengths, and one batch repeated hides what varying shapes cost.
+        measured = batches(STEPS + 1)
+        result = training_choice(_signature(cfg, model, measured[0]), _step(model, cfg, measured, pad),
+                                 repeats=STEPS)
     bf16 = "n/a" if result["bf16_s"] is None else f"{result['bf16_s']:.3f} s"
     why = (f"auto: measured a training step here, fp32 {result['fp32_s']:.3f} s, bf16 {bf16} "
            f"-> {result['choice']}")
@@ -91,14 +96,19 @@ def _signature(cfg: dict, model: torch.nn.Module, batch: dict) -> str:
     return f"{name} {fingerprint({'settings': settings, 'shapes': shapes}, 12)}"
 
 
-def _step(model: torch.nn.Module, cfg: dict, batch: dict, pad: int):
-    """run(dtype): one training step of a copy of `model` on `batch`, autocast to dtype."""
+def _step(model: torch.nn.Module, cfg: dict, batches: list[dict], pad: int):
+    """run(dtype): one training step of a copy of `model` on the next of `batches` for that
+    dtype (each precision goes through the same batches in the same order), autocast to dtype."""
     twin = copy.deepcopy(model).train()
+    turn = {torch.float32: 0, torch.bfloat16: 0}
     optimizer = torch.optim.AdamW(twin.parameters(), lr=1e-6, fused=True)  # fused as configured
     smoothing = cfg["optim"].get("label_smoothing", 0.0)
 
     def run(dtype: torch.dtype) -> None:
-        with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+        batch = batches[turn[dtype] % len(batches)]
+        turn[dtype] += 1
+        bf16 = dtype == torch.bfloat16  # autocast as training runs it (lit/mixed.py)
+        with BF16Mixed("cpu").autocast_context_manager() if bf16 else contextlib.nullcontext():
             loss, _ = teacher_forced_loss(twin, batch["features"], batch["tokens"],
                                           batch["image_index"], pad, smoothing)
         optimizer.zero_grad(set_to_none=True)

@@ -20,7 +20,7 @@ from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_only
 
-from ..cpu import flush_denormals
+from ..cpu import configure_cpu
 from ..models.attention import cross_attention_modules
 from ..models.captioner import resolved_attention
 from ..provenance import config_hash, cpu_kind, flatten, git_commit
@@ -52,7 +52,7 @@ def _cpu_seconds() -> float:
 def train(cfg: DictConfig) -> dict:
     """Check the config, prepare data, fit (or resume), test the best checkpoint; write
     results.json and predictions.json."""
-    flush_denormals()  # before the first parallel op: torch's threads copy it when created
+    configure_cpu()  # before the first parallel op: torch's threads copy it when created
     start, cpu_start = time.time(), _cpu_seconds()
     commit = git_commit()  # the code as it was loaded: the tree may change while this runs
     quiet_lightning()
@@ -122,7 +122,7 @@ def train(cfg: DictConfig) -> dict:
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg["log_every_n_steps"] = _log_every(trainer_cfg, datamodule)
     trainer_cfg["precision"], precision_source = resolve_precision(
-        trainer_cfg, plain, module.model, datamodule.first_train_batch, datamodule.vocab.pad)
+        trainer_cfg, plain, module.model, datamodule.first_train_batches, datamodule.vocab.pad)
     log.info("training precision: %s (%s)", trainer_cfg["precision"], precision_source)
     trainer = build_trainer(trainer_cfg, callbacks=callbacks, logger=loggers or False)
     wandb_ids = [lg.experiment.id for lg in loggers if isinstance(lg, WandbLogger)]

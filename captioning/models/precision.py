@@ -68,27 +68,26 @@ def _work(kind: str) -> tuple[Callable[[], torch.Tensor], float]:
     return (lambda: (tokens @ vocab, cells @ keys)), 2 * (64 * 20 * 512 * 10_000 + 64 * 16 * 2048 * 512)
 
 
-def _seconds(run: Callable[[torch.dtype], object], dtype: torch.dtype, repeats: int = 5) -> float:
-    """Median seconds of `run(dtype)` over `repeats` calls after one warm-up (kernels chosen,
-    memory allocated)."""
-    run(dtype)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run(dtype)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def _race(run: Callable[[torch.dtype], object], repeats: int) -> dict:
-    """fp32 against bf16 for `run(dtype)` -> {"fp32_s", "bf16_s", "choice"}; a bf16 that fails to
-    run (no bf16 kernels) gives fp32."""
-    fp32 = _seconds(run, torch.float32, repeats)
+    """fp32 against bf16 for `run(dtype)` -> {"fp32_s", "bf16_s", "choice"}: medians of
+    `repeats` timed calls each after one warm-up call each, the two precisions alternating so
+    that a drift of the machine's speed (another process, the clock) falls on both alike. A bf16
+    that fails to run (no bf16 kernels) gives fp32."""
+    dtypes = [torch.float32, torch.bfloat16]
     try:
-        bf16 = _seconds(run, torch.bfloat16, repeats)
+        run(torch.bfloat16)  # warm-up: kernels chosen, memory allocated
     except RuntimeError as err:  # bf16 unsupported here
         log.warning("precision: bf16 does not run on this CPU (%s): fp32", err)
-        bf16 = None
+        dtypes = [torch.float32]
+    run(torch.float32)
+    times: dict[torch.dtype, list[float]] = {d: [] for d in dtypes}
+    for _ in range(repeats):
+        for dtype in dtypes:
+            start = time.perf_counter()
+            run(dtype)
+            times[dtype].append(time.perf_counter() - start)
+    fp32 = statistics.median(times[torch.float32])
+    bf16 = statistics.median(times[torch.bfloat16]) if torch.bfloat16 in times else None
     return {"fp32_s": round(fp32, 5), "bf16_s": None if bf16 is None else round(bf16, 5),
             "choice": "bf16" if bf16 is not None and bf16 <= MARGIN * fp32 else "fp32"}
 
@@ -145,7 +144,7 @@ def calibration(measure_fn: Callable[[], dict] | None = None) -> dict:
     return entry
 
 
-def training_choice(signature: str, run: Callable[[torch.dtype], object], repeats: int = 3) -> dict:
+def training_choice(signature: str, run: Callable[[torch.dtype], object], repeats: int = 5) -> dict:
     """fp32 against bf16 autocast for one training step at a run's own shapes: `run(dtype)` does
     forward (under autocast to dtype), backward and the optimiser step on a copy of the model.
     Measured once per machine and `signature` (what decides the step's cost: model, shapes),

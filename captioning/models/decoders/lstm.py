@@ -144,13 +144,16 @@ class LSTMDecoder(nn.Module):
         prepared = self.prepare(features, mask)  # (I, ...) once per image
         state = self.reorder(self.init_state(prepared, features), index)  # (B, ...) per caption
         emb = self.embed(tokens)  # (B, T, E)
+        # T views (B, E) with one backward node for all: indexing emb[:, t] at every step would
+        # make each step's backward fill and add a whole (B, T, E) zero gradient (T^2 work).
+        emb_steps = emb.unbind(1)
         hs, contexts, weights, fed = [], [], [], []
         for t, n in enumerate(counts):
             if n == 0:
                 break
             if n < state.h.shape[0]:  # the shortest rows are done: drop them (a view, no copy)
                 state = LSTMState(state.h[:n], state.c[:n], state.prepared.map(lambda x: x[:n]))
-            x = emb[:n, t]  # (n, E)
+            x = emb_steps[t][:n]  # (n, E)
             if sample_prob > 0 and t > 0:
                 with torch.no_grad():  # the previous step's prediction, as decoding would make it
                     prev = self._output(fed[-1][:n, None], hs[-1][:n, None], contexts[-1][:n, None])
