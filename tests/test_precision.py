@@ -119,9 +119,9 @@ def test_auto_training_precision_measures_this_model_once(cache, tiny_cfg, monke
     races = []
     real_race = precision._race
 
-    def race(run, repeats):
+    def race(run, repeats, warmup=1):
         races.append(1)
-        out = real_race(run, 1)  # the real steps run (both precisions), the verdict is ours
+        out = real_race(run, 1, 1)  # the real steps run (both precisions), the verdict is ours
         return {**out, "fp32_s": 1.0, "bf16_s": 0.5, "choice": "bf16"}
 
     monkeypatch.setattr(precision, "_race", race)

@@ -30,7 +30,7 @@ from .module import teacher_forced_loss
 log = logging.getLogger(__name__)
 
 PRECISIONS = {torch.float32: "32-true", torch.bfloat16: "bf16-mixed"}
-STEPS = 6  # timed steps per precision (after one warm-up step each), alternating
+STEPS = 6  # batches: each precision steps through them untimed, then timed (alternating)
 # What trainer.precision may be: auto, or what Lightning's Trainer takes.
 TRAIN_PRECISIONS = tuple(dict.fromkeys(["auto", *get_args(_PRECISION_INPUT_STR), *(
     str(v) for v in (*get_args(_PRECISION_INPUT_STR_ALIAS), *get_args(_PRECISION_INPUT_INT)))]))
@@ -69,10 +69,12 @@ def resolve_precision(trainer_cfg: dict, cfg: dict, model: torch.nn.Module,
         return "32-true", "auto: fp32 when fine-tuning the encoder on a CPU (not measured)"
     with _random_streams_kept():  # the batches and dropout in the measured steps draw from them
         # Distinct batches, the same ones for both precisions: the LSTM's per-step batch shrinks
-        # with each batch's caption lengths, and one batch repeated hides what varying shapes cost.
-        measured = batches(STEPS + 1)
+        # with each batch's caption lengths, so the kernels of many shapes are met. Each
+        # precision first runs through them all untimed (its kernels made once, as in a long
+        # run), then is timed on the same batches again.
+        measured = batches(STEPS)
         result = training_choice(_signature(cfg, model, measured[0]), _step(model, cfg, measured, pad),
-                                 repeats=STEPS)
+                                 repeats=STEPS, warmup=STEPS)
     bf16 = "n/a" if result["bf16_s"] is None else f"{result['bf16_s']:.3f} s"
     why = (f"auto: measured a training step here, fp32 {result['fp32_s']:.3f} s, bf16 {bf16} "
            f"-> {result['choice']}")

@@ -68,18 +68,21 @@ def _work(kind: str) -> tuple[Callable[[], torch.Tensor], float]:
     return (lambda: (tokens @ vocab, cells @ keys)), 2 * (64 * 20 * 512 * 10_000 + 64 * 16 * 2048 * 512)
 
 
-def _race(run: Callable[[torch.dtype], object], repeats: int) -> dict:
+def _race(run: Callable[[torch.dtype], object], repeats: int, warmup: int = 1) -> dict:
     """fp32 against bf16 for `run(dtype)` -> {"fp32_s", "bf16_s", "choice"}: medians of
-    `repeats` timed calls each after one warm-up call each, the two precisions alternating so
-    that a drift of the machine's speed (another process, the clock) falls on both alike. A bf16
-    that fails to run (no bf16 kernels) gives fp32."""
+    `repeats` timed calls each after `warmup` untimed calls each (kernels made and cached, memory
+    allocated: a long run pays that once), the two precisions alternating so that a drift of the
+    machine's speed (another process, the clock) falls on both alike. A bf16 that fails to run
+    (no bf16 kernels) gives fp32."""
     dtypes = [torch.float32, torch.bfloat16]
     try:
-        run(torch.bfloat16)  # warm-up: kernels chosen, memory allocated
+        for _ in range(warmup):
+            run(torch.bfloat16)
     except RuntimeError as err:  # bf16 unsupported here
         log.warning("precision: bf16 does not run on this CPU (%s): fp32", err)
         dtypes = [torch.float32]
-    run(torch.float32)
+    for _ in range(warmup):
+        run(torch.float32)
     times: dict[torch.dtype, list[float]] = {d: [] for d in dtypes}
     for _ in range(repeats):
         for dtype in dtypes:
@@ -144,7 +147,8 @@ def calibration(measure_fn: Callable[[], dict] | None = None) -> dict:
     return entry
 
 
-def training_choice(signature: str, run: Callable[[torch.dtype], object], repeats: int = 5) -> dict:
+def training_choice(signature: str, run: Callable[[torch.dtype], object], repeats: int = 5,
+                    warmup: int = 1) -> dict:
     """fp32 against bf16 autocast for one training step at a run's own shapes: `run(dtype)` does
     forward (under autocast to dtype), backward and the optimiser step on a copy of the model.
     Measured once per machine and `signature` (what decides the step's cost: model, shapes),
@@ -152,7 +156,7 @@ def training_choice(signature: str, run: Callable[[torch.dtype], object], repeat
     key, path = machine(), cache_path()
     entry = _read(path).get(key, {}).get("train", {}).get(signature)
     if entry is None:
-        entry = _race(run, repeats)
+        entry = _race(run, repeats, warmup)
         _update(path, key, lambda e: e.setdefault("train", {}).update({signature: entry}))
         log.info("precision: measured a training step (%s) on %s: %s (cached in %s; delete it to "
                  "measure again)", signature, key, _describe("step", entry), path)
