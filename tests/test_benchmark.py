@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "benchmark.py"
 TINY = ["--batch", "2", "--grid", "2", "--feature-dim", "16", "--d-model", "16", "--vocab", "30",
         "--tokens", "3", "--repeats", "1", "--warmup", "0", "--beam", "2", "--beam-batch", "3",
@@ -54,6 +56,29 @@ def test_benchmark_json_has_every_field(tmp_path):
     }
     assert all(v > 0 for v in res["ratios"].values())
     assert "| ratio | x |" in md.read_text() and res["config"]["tokens"] == 3
+    # Every derived figure is what its definition says, from the figures it is made of.
+    batch, peak = res["config"]["batch"], res["peak"]
+    for key, t in res["train"].items():
+        assert t["min_s"] <= t["median_s"] <= t["max_s"]
+        assert t["captions_per_s"] == pytest.approx(batch / t["median_s"])
+        if "mfu" in t:
+            ceiling = peak[f"{key.split('/')[2]}_flop_per_s"]  # the step's own precision
+            assert t["mfu"] == pytest.approx(t["flops_per_step"] / t["median_s"] / ceiling)
+    for key, t in res["decode"].items():
+        images = res["config"]["beam_batch"] if key.startswith("beam") else batch
+        assert t["images_per_s"] == pytest.approx(images / t["median_s"])
+    r, de = res["ratios"], res["decode"]
+    assert r["train_lstm_dot_over_additive_fp32"] == pytest.approx(
+        tr["lstm/dot/fp32"]["captions_per_s"] / tr["lstm/additive/fp32"]["captions_per_s"])
+    assert r["greedy_lstm_vs_naive"] == pytest.approx(
+        de["greedy_lstm_naive"]["median_s"] / de["greedy_lstm"]["median_s"])
+    assert r["transformer_cache_speedup"] == pytest.approx(
+        de["greedy_transformer_nocache"]["median_s"] / de["greedy_transformer"]["median_s"])
+    # FLOPs by torch's counter: the LSTM step's vocabulary head alone, forward and backward
+    # (3 matmuls of batch*tokens x d_model x vocab), is part of it, and bf16 counts the same work.
+    head = 3 * 2 * batch * 3 * 16 * 30
+    assert tr["lstm/additive/fp32"]["flops_per_step"] > head
+    assert tr["lstm/additive/bf16"]["flops_per_step"] == tr["lstm/additive/fp32"]["flops_per_step"]
     assert "| lstm/additive+self_attention/" in md.read_text()
 
 

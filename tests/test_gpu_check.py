@@ -22,6 +22,9 @@ def test_gpu_check_on_cpu(tmp_path):
     assert all(p["exit"] == 0 for p in summary["phases"].values())
     assert set(summary["train"]) == {"lstm", "transformer"}
     assert all(0 <= r["test/bleu4"] <= 1 for r in summary["train"].values())
-    bench = json.loads((tmp_path / "check" / "bench_fp32.json").read_text())
-    assert bench  # the benchmark's own results, per precision
+    for precision in ("fp32", "bf16"):  # the benchmark's own results, one file per precision
+        bench = json.loads((tmp_path / "check" / f"bench_{precision}.json").read_text())
+        assert bench["default_precision"] == precision and bench["device"] == "cpu"
+        assert bench["train"] and bench["decode"]
+        assert all(t["median_s"] > 0 for t in [*bench["train"].values(), *bench["decode"].values()])
     assert "## Benchmark, bf16" in (tmp_path / "check" / "summary.md").read_text()

@@ -1,12 +1,14 @@
 """`trainer.precision: auto`: the training precision this run's model trains faster in here.
 
-On a GPU, bf16-mixed where the GPU has bf16 (tensor cores: always faster), else 32-true. On a
-CPU, a measurement: one training step of a copy of this run's model on a batch of its own data
-(forward, loss, backward, the fused optimiser), fp32 against bf16 autocast, once per machine and
-model/shape signature (models/precision.py caches it). Whether a CPU's faster bf16 matmuls make
-the whole step faster depends on the model: the LSTM's many small per-step ops can be slower in
-bf16 on a CPU whose big matmuls are 5x faster (docs/benchmarks.md). Any other value of
-`trainer.precision` is used as given, without a measurement.
+On a GPU, bf16-mixed where the GPU has bf16 (its bf16 units are the fast ones), else 32-true. On
+a CPU, a measurement: training steps of a copy of this run's model on batches of its own data
+(forward, loss, backward, the fused optimiser), fp32 against bf16 autocast as lit/mixed.py runs
+it, once per machine and model/shape signature (models/precision.py caches it). Whether a CPU's
+faster bf16 matmuls make the whole step faster depends on the model and the CPU: the LSTM's many
+small per-step ops can lose in bf16 what its matmuls gain (docs/benchmarks.md: "Training
+precision"). Several CPU processes (DDP) and a fine-tuned encoder get 32-true unmeasured. Any
+other value of `trainer.precision` is used as given. Whether bf16-mixed trains as well as fp32
+is not measured per run: docs/benchmarks.md compares `make train` in both.
 """
 
 from __future__ import annotations
