@@ -30,6 +30,19 @@ def _fake(bf16_ratio: float):
     return measure, calls
 
 
+def _without_bf16(make_run):
+    """A run-maker like `make_run` whose runs fail in bf16, as on a CPU without bf16 kernels."""
+    def make(*args):
+        run = make_run(*args)
+
+        def guarded(dtype):
+            if dtype == torch.bfloat16:
+                raise RuntimeError("no bf16 kernel")
+            return run(dtype)
+        return guarded
+    return make
+
+
 def test_the_two_precisions_alternate_after_a_warm_up_each():
     order = []
     result = precision._race(order.append, 3)
@@ -56,18 +69,7 @@ def test_not_faster_enough_or_not_running_means_fp32(cache, monkeypatch):
     assert precision.calibrated_dtype("encoder") == torch.float32
     monkeypatch.setattr(precision, "_MEMO", {})
     cache.unlink()
-    real = precision._inference
-
-    def no_bf16(step):
-        run = real(step)
-
-        def guarded(dtype):
-            if dtype == torch.bfloat16:
-                raise RuntimeError("no bf16 kernel")
-            return run(dtype)
-        return guarded
-
-    monkeypatch.setattr(precision, "_inference", no_bf16)
+    monkeypatch.setattr(precision, "_inference", _without_bf16(precision._inference))
     result = precision.calibration(REAL_MEASURE)
     assert all(r["choice"] == "fp32" and r["bf16_s"] is None for r in result.values())
 
@@ -166,18 +168,7 @@ def test_training_falls_back_to_fp32_where_bf16_does_not_run(cache, tiny_cfg, mo
     plain, data, module = _tiny_run(tiny_cfg, "trainer.precision=auto", "trainer.accelerator=cpu")
     from captioning.lit import precision as lit_precision
 
-    real = lit_precision._step
-
-    def no_bf16(*args):
-        run = real(*args)
-
-        def guarded(dtype):
-            if dtype == torch.bfloat16:
-                raise RuntimeError("no bf16 kernel")
-            return run(dtype)
-        return guarded
-
-    monkeypatch.setattr(lit_precision, "_step", no_bf16)
+    monkeypatch.setattr(lit_precision, "_step", _without_bf16(lit_precision._step))
     chosen, why = _resolve(plain, data, module)
     assert chosen == "32-true" and "bf16 n/a -> fp32" in why
 
