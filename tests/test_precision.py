@@ -214,3 +214,28 @@ def test_bf16_mixed_caches_casts_without_losing_gradients(decoder):
         assert g.abs().max() == 0 or cached[name].abs().max() > 0, f"{name} lost its gradient"
         # the cached run sums a weight's per-step gradients in bf16: close, not equal
         torch.testing.assert_close(cached[name], g, rtol=0.05, atol=0.05 * float(g.abs().max()) + 1e-6)
+
+
+def test_a_resumed_run_keeps_the_precision_it_started_in(tiny_cfg, cache, monkeypatch, tmp_path):
+    from omegaconf import open_dict
+
+    from captioning.lit.training import train
+
+    short = ["trainer.precision=auto", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",
+             "trainer.limit_test_batches=1"]
+    monkeypatch.setattr(precision, "_race", lambda run, repeats, warmup=1: {
+        "fp32_s": 1.0, "bf16_s": 0.5, "choice": "bf16"})
+    first = train(tiny_cfg(*short, "trainer.max_epochs=1"))
+    assert first["train_precision"] == "bf16-mixed"
+
+    def never(*args, **kwargs):
+        raise AssertionError("a resumed run must not measure again")
+
+    monkeypatch.setattr(precision, "_race", never)
+    cache.unlink()  # and a new measurement could choose otherwise
+    cfg = tiny_cfg(*short, "trainer.max_epochs=2", f"resume={tmp_path / 'run'}")
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(tmp_path / "second")
+    resumed = train(cfg)
+    assert resumed["resumed"] == 1 and resumed["train_precision"] == "bf16-mixed"
+    assert resumed["train_precision_source"].endswith("(kept on resume)")

@@ -121,15 +121,22 @@ def train(cfg: DictConfig) -> dict:
                                        patience=stop["patience"], min_delta=stop.get("min_delta", 0.0)))
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg["log_every_n_steps"] = _log_every(trainer_cfg, datamodule)
-    trainer_cfg["precision"], precision_source = resolve_precision(
-        trainer_cfg, plain, module.model, datamodule.first_train_batches, datamodule.vocab.pad)
+    if run_info.get("train_precision") and str(trainer_cfg.get("precision")) == "auto":
+        # a resumed run keeps the precision it started in, whatever a new measurement would say
+        trainer_cfg["precision"] = run_info["train_precision"]
+        precision_source = f"{run_info.get('train_precision_source') or 'auto'} (kept on resume)"
+    else:
+        trainer_cfg["precision"], precision_source = resolve_precision(
+            trainer_cfg, plain, module.model, datamodule.first_train_batches, datamodule.vocab.pad)
     log.info("training precision: %s (%s)", trainer_cfg["precision"], precision_source)
     trainer = build_trainer(trainer_cfg, callbacks=callbacks, logger=loggers or False)
     wandb_ids = [lg.experiment.id for lg in loggers if isinstance(lg, WandbLogger)]
     if trainer.is_global_zero:
         write_run(out, {"config_hash": config_hash(plain),
                         "wandb_id": wandb_ids[0] if wandb_ids else run_info.get("wandb_id"),
-                        "resumed": run_info.get("resumed", 0) + bool(resume_ckpt)})
+                        "resumed": run_info.get("resumed", 0) + bool(resume_ckpt),
+                        "train_precision": trainer_cfg["precision"],
+                        "train_precision_source": precision_source})
     # The whole resolved config, flat (every key filters in the UI), without Hydra's plumbing.
     hparams = {k: v for k, v in flatten({k: v for k, v in plain.items() if k != "logger"}).items()
                if not k.endswith(("._target_", "._partial_"))}
