@@ -13,6 +13,7 @@ import json
 from captioning.errors import ArgumentParser, UserError, report_user_errors
 from captioning.evaluation import decode_split
 from captioning.metrics.sentinel import sentinel_by_word
+from captioning.models.attention import sentinel_weight
 
 
 @report_user_errors  # a bad argument or file: one line on stderr, exit status 2
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> dict:
         name = predictor.cfg["attention"]["name"]
         raise UserError(f"{args.checkpoint} was trained with attention={name}: only "
                          "attention=adaptive has a visual sentinel")
-    out = sentinel_by_word([(c.words, c.weights) for c in captions])
+    out = sentinel_by_word([(c.words, sentinel_weight(c.weights).tolist()) for c in captions])
     print("| word class | mean sentinel weight | words |\n|---|---:|---:|")
     for name in ("visual", "function", "other"):
         if name in out["classes"]:

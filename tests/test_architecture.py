@@ -32,6 +32,12 @@ LAYERS = {
 }
 
 
+# Edges the layer order would allow but the design forbids: (importer, imported) -> why.
+FORBIDDEN = {
+    ("metrics", "models"): "metrics score numbers and words and know no model: pass the numbers in",
+}
+
+
 def _imports(path: Path, parts: list[str] | None = None) -> list[tuple[str, int]]:
     """(absolute module name, line) of every import in a file of the package (`parts`: its
     module path, for a file that is not inside the package)."""
@@ -68,6 +74,9 @@ def test_no_package_imports_a_layer_above_it():
             other = _layer(name)
             if own and other and other != own and LAYERS[other] >= LAYERS[own]:
                 bad.append(f"{path.relative_to(PACKAGE.parent)}:{line} ({own}) imports {name}")
+            if (own, other) in FORBIDDEN:
+                bad.append(f"{path.relative_to(PACKAGE.parent)}:{line} ({own}) imports {name}: "
+                           f"{FORBIDDEN[(own, other)]}")
             if name.split(".")[0] in ("pytorch_lightning", "lightning") and own != "lit":
                 bad.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports Lightning outside lit/")
     assert not bad, "\n".join(bad)
@@ -95,3 +104,7 @@ def test_the_checker_sees_a_violation(tmp_path):
     names = [n for n, _ in _imports(fake, ["captioning", "models", "_violation"])]
     assert names == ["captioning.lit", "hydra"]
     assert LAYERS[_layer(names[0])] > LAYERS["models"]
+    # and a metrics file importing a model, which the layer order alone would allow
+    fake.write_text("from ..models.attention import sentinel_weight\n")
+    (name,) = [n for n, _ in _imports(fake, ["captioning", "metrics", "_violation"])]
+    assert LAYERS[_layer(name)] < LAYERS["metrics"] and ("metrics", _layer(name)) in FORBIDDEN

@@ -217,7 +217,7 @@ def test_sentinel_by_word_class():
     assert [word_class(w) for w in ["red", "tiny", "left", "the", "of", "picture"]] == [
         "visual", "visual", "visual", "function", "function", "other"]
     weights = torch.tensor([[0.1, 0.1], [0.5, 0.5], [0.3, 0.3]])  # sentinel 0.8, 0.0, 0.4
-    out = sentinel_by_word([(["the", "red", "of"], weights)])
+    out = sentinel_by_word([(["the", "red", "of"], sentinel_weight(weights))])
     assert out["classes"]["function"] == (pytest.approx(0.6), 2)
     assert out["classes"]["visual"] == (pytest.approx(0.0), 1)
     assert out["words"]["the"] == (pytest.approx(0.8), 1)

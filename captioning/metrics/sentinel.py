@@ -1,14 +1,13 @@
 """Does the visual sentinel take the function words? The sentinel's weight (adaptive attention:
-1 - the grid weights' sum) per generated word, averaged by word class on the built-in data."""
+1 - the grid weights' sum, `models.attention.sentinel_weight`) per generated word, averaged by
+word class on the built-in data. Numbers and words only: the caller computes the weights."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-
-import torch
+from collections.abc import Sequence
 
 from ..data.synthetic import COLOURS, COLS, ROWS, SHAPES, SIZE_WORDS
-from ..models.attention import sentinel_weight
 
 # Words that name what is in the image: the attribute lexicon of the built-in captions.
 VISUAL = (set(COLOURS) | set(SHAPES) | {w for ws in SIZE_WORDS.values() for w in ws}
@@ -22,12 +21,12 @@ def word_class(word: str) -> str:
     return "visual" if word in VISUAL else "function" if word in FUNCTION else "other"
 
 
-def sentinel_by_word(captions: list[tuple[list[str], torch.Tensor]]) -> dict:
-    """[(words, weights (len(words), N))] -> {"classes": {class: (mean sentinel weight, count)},
-    "words": {word: (mean, count)}}."""
+def sentinel_by_word(captions: list[tuple[list[str], Sequence[float]]]) -> dict:
+    """[(words, the sentinel's weight at each word (len(words),))] -> {"classes": {class: (mean
+    sentinel weight, count)}, "words": {word: (mean, count)}}."""
     sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     for words, weights in captions:
-        for word, beta in zip(words, sentinel_weight(weights).tolist()):
+        for word, beta in zip(words, map(float, weights)):
             for key in (word_class(word), f"word:{word}"):
                 sums[key][0] += beta
                 sums[key][1] += 1
