@@ -19,7 +19,7 @@ os.environ.setdefault("MPLCONFIGDIR", "/tmp/captioning-test-mpl")
 os.environ.setdefault("CAPTIONING_CACHE_DIR", "/tmp/captioning-test-cache")
 # Training precision: the suite trains in fp32 on every machine (trainer.precision=auto would
 # measure each tiny model and could pick bf16 on one CPU and fp32 on another); auto has its own
-# tests (test_precision.py). CAPTIONING_TRAIN_PRECISION=auto make test runs the suite with it.
+# tests (test_precision.py).
 os.environ.setdefault("CAPTIONING_TRAIN_PRECISION", "32-true")
 
 TINY = [

@@ -40,7 +40,12 @@ def test_every_config_composes_and_builds(group, option, tmp_path):
         check_config(OmegaConf.to_container(cfg, resolve=True))  # every preset's keys are valid
         if cfg.trainer.accelerator == "gpu" and not torch.cuda.is_available():
             return  # composes and checks here; built on a GPU machine (scripts/gpu_check)
-        trainer = build_trainer(OmegaConf.to_container(cfg.trainer, resolve=True), logger=False)
+        trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+        if trainer_cfg["precision"] == "auto":  # train() measures it with the model; not here
+            with pytest.raises(ValueError, match="must be resolved"):
+                build_trainer(trainer_cfg, logger=False)
+            trainer_cfg["precision"] = "32-true"
+        trainer = build_trainer(trainer_cfg, logger=False)
         assert trainer.max_epochs == cfg.trainer.max_epochs
         assert torch.get_float32_matmul_precision() == cfg.trainer.matmul_precision
         torch.set_float32_matmul_precision("highest")

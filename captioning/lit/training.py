@@ -219,6 +219,9 @@ def build_trainer(trainer_cfg: dict, **kwargs) -> pl.Trainer:
     the training set by rank (config_check refuses trainer.use_distributed_sampler=true)."""
     args = {k: v for k, v in trainer_cfg.items()
             if k not in OWN_TRAINER_KEYS and k not in ("plugins", "use_distributed_sampler")}
+    if str(args.get("precision")) == "auto":  # it needs the model and data: train() resolves it
+        raise ValueError("trainer.precision=auto must be resolved before the Trainer is built "
+                         "(lit/precision.py: resolve_precision)")
     plugins = trainer_cfg.get("plugins") or []
     plugins = [hydra.utils.instantiate(p) for p in (plugins if isinstance(plugins, list) else [plugins])]
     if str(args.get("precision")) in ("bf16-mixed", "bf16"):  # fused AdamW + clipping: lit/mixed.py
