@@ -51,6 +51,9 @@ CASES = {  # name: (overrides, the message it must give)
         ["attention=dot", "attention.project=none"],
         r"attention=dot decoder=lstm encoder=resnet18: .*project"),
     "bad_nan_policy": (["trainer.nan_policy=ignore"], r"trainer\.nan_policy='ignore': must be stop or skip"),
+    "zero_threads": (["trainer.num_threads=0"], r"trainer\.num_threads=0: must be null or an integer >= 1"),
+    "snapshot_epoch_zero": (["checkpoint.snapshot_epochs=[0,2]"],
+                            r"checkpoint\.snapshot_epochs=\[0, 2\]: must be a list of epochs"),
     "init_from_a_missing_file": (
         ["init_from=/nonexistent/x.ckpt"], r"init_from=/nonexistent/x\.ckpt: no such file"),
     "resume_and_init_from_together": (

@@ -17,6 +17,7 @@ from captioning.compare import (
     expand_grid,
     save_plots,
 )
+from captioning.compare.grid import rate_for
 from captioning.lit import train
 from captioning.models import resolved_attention
 
@@ -568,3 +569,74 @@ def test_a_gallery_of_cells_trains_again_only_the_ones_without_a_checkpoint(tmp_
                                     / "best.ckpt", None]
     with pytest.raises(UserError, match="no finished cell lstm/matched/scaled_dot/s0"):
         run_mod._gallery({**want, "attentions": ["scaled_dot"]}, runner, dirs, tmp_path / "g", True)
+
+
+def test_a_sweep_runs_every_cell_at_each_rate_and_rates_give_each_cell_its_own():
+    spec = {"attentions": ["additive", "dot"], "decoders": ["lstm"], "seeds": [0, 1],
+            "dims": ["matched"], "blind": True}
+    sweep = expand_grid({**spec, "lrs": [1e-3, 1e-2]})
+    assert len(sweep) == 2 * 3 * 2 and {c.lr for c in sweep} == {1e-3, 1e-2}
+    rates = {"lstm/*/additive": 3e-3, "lstm/matched/dot": 1e-3, "*/*/dot": 5e-3}
+    cells = {c.label: c for c in expand_grid({**spec, "rates": rates})}
+    assert cells["lstm/matched/additive/s0/lr0.003"].lr == 3e-3
+    assert cells["lstm/matched/dot/s1/lr0.001"].lr == 1e-3  # the more specific key wins
+    assert cells["lstm/matched/blind/s0/lr0.003"].lr == 3e-3  # blind: additive's rate
+    assert rate_for(rates, Cell("transformer", "matched", "dot", 0)) == 5e-3
+    assert rate_for(rates, Cell("transformer", "matched", "additive", 0)) == 0.0  # base rate
+    assert "optim.optimizer.lr=0.003" in cells["lstm/matched/additive/s0/lr0.003"].overrides(
+        {"matched": []})
+    base = Cell("lstm", "matched", "dot", 0).overrides({"matched": []})
+    assert not any(o.startswith("optim.") for o in base)
+    with pytest.raises(ValueError, match="decoder/dims/attention"):
+        rate_for({"lstm/additive": 1e-3}, Cell("lstm", "matched", "additive", 0))
+
+
+def _real_compose(experiment: str):
+    """compose(overrides) for GridRunner from the shipped conf/ (compare.yaml + the preset)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    def make(overrides: list[str]):
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "conf"),
+                                   version_base="1.3"):
+            return compose("compare", overrides=[f"experiment={experiment}", *overrides])
+
+    return make
+
+
+def test_a_cell_at_its_chosen_rate_is_the_sweep_cell_at_that_rate(tmp_path):
+    """The sweep's seed-0 cell at the chosen rate is the convergence grid's seed 0 (one hash),
+    and the rate is the only difference the sweep makes."""
+    sweep_compose, grid_compose = _real_compose("convergence_sweep"), _real_compose("convergence")
+    dims = OmegaConf.to_container(sweep_compose([]).compare.dim_settings)
+    sweep = GridRunner(sweep_compose, [], tmp_path, dims)
+    grid = GridRunner(grid_compose, [], tmp_path, dims)
+    chosen = Cell("lstm", "matched", "dot", 0, 1e-2)
+    assert grid.config(chosen)[1] == sweep.config(chosen)[1]
+    assert grid.config(chosen)[1] != grid.config(Cell("lstm", "matched", "dot", 0, 1e-3))[1]
+    cfg = grid.config(chosen)[0]
+    assert cfg.optim.optimizer.lr == 1e-2 and cfg.trainer.num_threads == 1
+    assert cfg.optim.scheduler._target_.endswith("WarmupPlateau") and cfg.early_stopping.patience
+
+
+def test_the_sweep_chooses_each_modes_rate_on_validation_alone(tmp_path):
+    """The chosen rate is the best validation score's, whatever the test scores say; a mode
+    with a rate still missing a score gets none chosen among those that have one only."""
+    from captioning.compare.sweep import sweep_markdown, sweep_report
+
+    def cell(mode, lr, val, test):
+        out = tmp_path / f"{mode}{lr}"
+        out.mkdir()
+        (out / "results.json").write_text(json.dumps({
+            "best_score": val, "monitor": "val/bleu4", "best_epoch": 7, "epochs_trained": 12,
+            "stopped_early_after": 12, "test/bleu4": test}))
+        return Cell("lstm", "matched", mode, 0, lr), out
+
+    dirs = dict([cell("additive", 1e-3, 0.50, 0.60), cell("additive", 3e-3, 0.52, 0.40),
+                 cell("dot", 1e-3, 0.45, 0.45), cell("dot", 1e-2, 0.44, 0.70)])
+    report = sweep_report(dirs)
+    assert report["rates"] == {"lstm/matched/additive": 3e-3, "lstm/matched/dot": 1e-3}
+    text = sweep_markdown(report, [1e-3, 3e-3, 1e-2])
+    assert "**0.5200 (ep 7/12)**" in text and "lstm/matched/dot: 0.001" in text
+    assert "0.6" not in text and "0.7" not in text  # no test score anywhere

@@ -81,6 +81,8 @@ def differences(reference: Path, resumed: Path) -> list[str]:
     metrics = [k for k in ra if k.startswith("test/")]
     if diff := [k for k in metrics if ra[k] != rb[k]]:
         out.append(f"test metrics differ: {diff}")
+    if ra["val_curve"] != rb["val_curve"]:  # the learning curve continues the killed run's
+        out.append(f"validation curves differ: {ra['val_curve']} vs {rb['val_curve']}")
     return out
 
 
@@ -111,6 +113,7 @@ def test_killed_mid_epoch_resumes_exactly(killed_mid_epoch, uninterrupted, data_
     results = json.loads((resumed / "run" / "results.json").read_text())
     assert results["resumed"] == 1
     assert (resumed / "run" / "run.json").is_file()
+    assert results["machines"] == [results["machine"]] * 2  # the killed part's and the resumed part's
 
 
 def test_negative_control_resume_without_loader_position_differs(

@@ -32,10 +32,12 @@ class Cell:
     dims: str
     attention: str
     seed: int
+    lr: float = 0.0  # the peak learning rate (optim.optimizer.lr); 0: the base config's
 
     @property
     def label(self) -> str:
-        return f"{self.decoder}/{self.dims}/{self.attention}/s{self.seed}"
+        rate = f"/lr{self.lr:g}" if self.lr else ""
+        return f"{self.decoder}/{self.dims}/{self.attention}/s{self.seed}{rate}"
 
     def overrides(self, dims: dict[str, list[str]],
                   decoders: dict[str, list[str]] | None = None) -> list[str]:
@@ -45,6 +47,8 @@ class Cell:
             raise ValueError(f"compare.dim_settings has no entry '{self.dims}'; known: {sorted(dims)}")
         out = [f"decoder={self.decoder}", f"seed={self.seed}", *(decoders or {}).get(self.decoder, []),
                *dims[self.dims]]
+        if self.lr:
+            out.append(f"optim.optimizer.lr={self.lr:g}")
         if self.attention == BLIND:
             return out + ["attention=additive", "data.blind=true"]
         return out + [f"attention={self.attention}"]
@@ -52,10 +56,33 @@ class Cell:
 
 def expand_grid(spec: dict) -> list[Cell]:
     """decoders x dims x (attentions + blind) x seeds, seed-major: a grid stopped half-way has
-    whole seeds done, not whole modes."""
+    whole seeds done, not whole modes. With compare.lrs (a learning-rate sweep) every cell at
+    each of those rates; otherwise at its rate from compare.rates (rate_for), if any."""
     modes = list(spec["attentions"]) + ([BLIND] if spec.get("blind", True) else [])
-    return [Cell(dec, dims, mode, seed) for seed in spec["seeds"] for dec in spec["decoders"]
-            for dims in spec["dims"] for mode in modes]
+    cells = [Cell(dec, dims, mode, seed) for seed in spec["seeds"] for dec in spec["decoders"]
+             for dims in spec["dims"] for mode in modes]
+    if spec.get("lrs"):
+        return [Cell(c.decoder, c.dims, c.attention, c.seed, float(lr)) for c in cells for lr in spec["lrs"]]
+    rates = spec.get("rates") or {}
+    return [Cell(c.decoder, c.dims, c.attention, c.seed, rate_for(rates, c)) for c in cells]
+
+
+def rate_for(rates: dict[str, float], cell: Cell) -> float:
+    """The learning rate compare.rates gives a cell: keys "decoder/dims/attention", any part may
+    be *, the most specific key that matches wins (fewest *); a blind cell trains additive
+    attention on zeroed features and takes additive's rate. 0.0: none matches (the base rate)."""
+    mode = "additive" if cell.attention == BLIND else cell.attention
+    best, rate = 4, 0.0
+    for key, value in rates.items():
+        parts = key.split("/")
+        if len(parts) != 3:
+            raise ValueError(f"compare.rates key '{key}': give decoder/dims/attention, e.g. "
+                             "'lstm/*/additive' (* matches any)")
+        if all(p in ("*", want) for p, want in zip(parts, (cell.decoder, cell.dims, mode))):
+            stars = parts.count("*")
+            if stars < best:
+                best, rate = stars, float(value)
+    return rate
 
 
 CELL_CONFIG = "cell.json"  # a cell's hashed config, flat: committed with its results
@@ -170,7 +197,7 @@ class GridRunner:
             return cell
         cfg, _ = self.config(cell)
         choice = resolved_attention(OmegaConf.to_container(cfg, resolve=True))
-        return Cell(cell.decoder, cell.dims, choice, cell.seed)
+        return Cell(cell.decoder, cell.dims, choice, cell.seed, cell.lr)
 
     def finished(self, cells: list[Cell]) -> dict[Cell, Path]:
         """Report only: {cell: its directory} for the cells that finished (here or shared)."""

@@ -19,6 +19,7 @@ from ..gallery import build_gallery
 from .executor import make_executor
 from .grid import Cell, GridRunner, expand_grid
 from .report import build_markdown, build_report, save_plots
+from .sweep import sweep_markdown, sweep_report
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,8 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
         log.warning("no finished cells under %s: nothing to report (train them with "
                     "compare.train=true, or copy a grid's cells/ there)", root / "cells")
         return None
+    if spec.get("lrs"):  # a learning-rate sweep: its own report (validation only)
+        return _sweep(spec, dirs, root, train_s)
     reruns = runner.verify(dirs, spec.get("verify", 0), spec.get("train", True))
     refs = _test_references(cfg)
     tp = _throughput(spec)
@@ -106,6 +109,20 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
         _wandb_summary(cfg, spec, report, markdown, plots, out)
     if spec.get("gallery"):
         _gallery(spec["gallery"], runner, dirs, out / "gallery", spec.get("train", True))
+    return out
+
+
+def _sweep(spec: dict, dirs: dict[Cell, Path], root: Path, train_s: float) -> Path:
+    """The sweep's report, sweep_<timestamp>/report.{md,json} under the grid's root."""
+    report = sweep_report(dirs)
+    report["grid_wall_s"] = train_s
+    out = root / f"sweep_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    markdown = sweep_markdown(report, [float(lr) for lr in spec["lrs"]])
+    (out / "report.md").write_text(f"# {spec['name']}: learning-rate sweep\n\n{markdown}")
+    (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
+    print(markdown)
+    log.info("sweep report: %s (grid %.0f s)", out / "report.md", train_s)
     return out
 
 

@@ -37,10 +37,11 @@ CONF_DIR = conf_dir()
 
 # Keys of ours under `trainer:` (popped before pytorch_lightning.Trainer is built).
 OWN_TRAINER_KEYS = {"nan_policy": "stop | skip", "nan_max_in_row": "skip at most this many in a row",
-                    "matmul_precision": "torch.set_float32_matmul_precision"}
+                    "matmul_precision": "torch.set_float32_matmul_precision",
+                    "num_threads": "torch.set_num_threads (null: torch's default)"}
 
 # Sections whose content is a plug-in's own kwargs: not checked against the shipped keys.
-EXTENSION_POINTS = ("logger", "callbacks", "hydra", "compare.slurm", "compare.gallery")
+EXTENSION_POINTS = ("logger", "callbacks", "hydra", "compare.slurm", "compare.gallery", "compare.rates")
 
 # Trainer arguments that build_trainer sets itself: a value in the config would be overwritten,
 # so each is refused with where the setting lives instead (trainer.plugins is honoured, but a
@@ -169,12 +170,15 @@ RULES = [
     ("trainer.nan_policy", lambda v: v in ("stop", "skip"), "stop or skip"),
     ("trainer.nan_max_in_row", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0"),
     ("trainer.precision", lambda v: str(v) in TRAIN_PRECISIONS, " | ".join(TRAIN_PRECISIONS)),
+    ("trainer.num_threads", lambda v: isinstance(v, int) and v >= 1, "null or an integer >= 1"),
     ("trainer.matmul_precision", lambda v: v in ("highest", "high", "medium"),
      "highest, high (TF32) or medium"),
     ("media.attention_scale", lambda v: v in SCALES, " or ".join(SCALES)),
     ("optim.lr_scaling", lambda v: v in ("none", "sqrt", "linear"), "none, sqrt or linear"),
     ("optim.optimizer.lr", lambda v: v > 0, "> 0"),
     ("optim.optimizer.weight_decay", lambda v: v >= 0, ">= 0"),
+    ("checkpoint.snapshot_epochs", lambda v: all(isinstance(e, int) and e >= 1 for e in v),
+     "a list of epochs (integers >= 1)"),
     ("early_stopping.patience", lambda v: isinstance(v, int) and v >= 0, "null or an integer >= 0"),
     ("early_stopping.min_delta", lambda v: v >= 0, ">= 0"),
     ("model.scheduled_sampling.max_prob", lambda v: 0 <= v <= 1, "in [0, 1]"),

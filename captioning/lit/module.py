@@ -263,8 +263,12 @@ class CaptioningModule(pl.LightningModule):
             extra["total_steps"] = int(self.trainer.estimated_stepping_batches)
         scheduler = make(optimizer=optimizer, **extra)
         if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):  # schedule=plateau
-            return {"optimizer": optimizer, "lr_scheduler": {
-                "scheduler": scheduler, "interval": "epoch", "monitor": self.cfg["checkpoint"]["monitor"]}}
+            plateau = {"scheduler": scheduler, "interval": "epoch",
+                       "monitor": self.cfg["checkpoint"]["monitor"]}
+            if getattr(scheduler, "warmup", None) is None:
+                return {"optimizer": optimizer, "lr_scheduler": plateau}
+            # schedule=warmup_plateau: its warm-up steps per batch, the plateau rule per epoch
+            return [optimizer], [{"scheduler": scheduler.warmup, "interval": "step"}, plateau]
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def _param_groups(self) -> list[dict]:

@@ -27,6 +27,7 @@ from ..provenance import config_hash, cpu_kind, flatten, git_commit
 from .checkpointing import AtomicCheckpointIO, RNGState, checkpoint_callbacks, newest_checkpoint
 from .config_check import OWN_TRAINER_KEYS, check_config
 from .console import EpochLine, quiet_lightning, summary_table
+from .curve import EpochSnapshots, ValidationCurve, snapshot_path
 from .datamodule import CaptionDataModule
 from .loggers import build_loggers, run_labels, sync_hint
 from .media import ValidationMedia
@@ -60,6 +61,8 @@ def train(cfg: DictConfig) -> dict:
         warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode")
     plain = _plain(cfg)
     check_config(plain)  # every mistake the config alone shows, before any work
+    if plain["trainer"].get("num_threads"):  # before the first op: data prep runs the encoder
+        torch.set_num_threads(plain["trainer"]["num_threads"])
     out = Path(plain["paths"]["output_dir"])
     resume_ckpt = None
     if plain.get("resume"):
@@ -110,15 +113,20 @@ def train(cfg: DictConfig) -> dict:
         logger_cfg["tensorboard"] = {**tb, "version": f"{tb.get('version') or 'run'}-{suffix}"}
     loggers = build_loggers(logger_cfg)
     throughput, media = Throughput(), ValidationMedia(**plain.get("media", {}))
-    callbacks = [*checkpoints, RNGState(), throughput, media, EpochLine(best_checkpoint)]
+    curve = ValidationCurve()
+    snapshot_epochs = list((plain.get("checkpoint") or {}).get("snapshot_epochs") or [])
+    callbacks = [*checkpoints, RNGState(), throughput, media, EpochLine(best_checkpoint), curve,
+                 EpochSnapshots(out, snapshot_epochs)]
     if loggers:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     # The callbacks group (conf/callbacks/): the user's own, after ours; null entries are off.
     callbacks += [hydra.utils.instantiate(spec) for spec in (plain.get("callbacks") or {}).values() if spec]
     stop = plain.get("early_stopping") or {}
+    early = None
     if stop.get("patience") is not None:
-        callbacks.append(EarlyStopping(monitor=best_checkpoint.monitor, mode=best_checkpoint.mode,
-                                       patience=stop["patience"], min_delta=stop.get("min_delta", 0.0)))
+        early = EarlyStopping(monitor=best_checkpoint.monitor, mode=best_checkpoint.mode,
+                              patience=stop["patience"], min_delta=stop.get("min_delta", 0.0))
+        callbacks.append(early)
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg["log_every_n_steps"] = _log_every(trainer_cfg, datamodule)
     if run_info.get("train_precision") and str(trainer_cfg.get("precision")) == "auto":
@@ -136,13 +144,20 @@ def train(cfg: DictConfig) -> dict:
                         "wandb_id": wandb_ids[0] if wandb_ids else run_info.get("wandb_id"),
                         "resumed": run_info.get("resumed", 0) + bool(resume_ckpt),
                         "train_precision": trainer_cfg["precision"],
-                        "train_precision_source": precision_source})
+                        "train_precision_source": precision_source,
+                        # every machine a part of this run trained on (a resume may move it)
+                        "machines": [*run_info.get("machines", []), cpu_kind()]})
     # The whole resolved config, flat (every key filters in the UI), without Hydra's plumbing.
     hparams = {k: v for k, v in flatten({k: v for k, v in plain.items() if k != "logger"}).items()
                if not k.endswith(("._target_", "._partial_"))}
     for logger in loggers:
         logger.log_hyperparams(hparams)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_ckpt)
+    # The run's course, read now: testing a checkpoint restores the callbacks' states from it.
+    stopped = early.stopped_epoch if early is not None else 0  # 0-based; 0 = did not stop early
+    course = {"val_curve": list(curve.curve), "epochs_trained": _epochs_trained(trainer),
+              "stopped_early_after": stopped + 1 if stopped else None}
+    best = curve.best(best_checkpoint.monitor, best_checkpoint.mode)
     # Test the best checkpoint; when no validation ran (or none improved), test as trained.
     # verbose=False: Lightning's float32 table gives way to ours (console.summary_table)
     test = trainer.test(module, datamodule=datamodule, verbose=False,
@@ -151,6 +166,8 @@ def train(cfg: DictConfig) -> dict:
     cross = cross_attention_modules(module.model.decoder)
     # The test scores as computed (float64), not as logged (Lightning rounds to float32).
     results = dict(module.metrics.get("test", {})) if test else {}
+    predictions = module.test_predictions
+    at_epoch = _test_snapshots(trainer, module, datamodule, out, snapshot_epochs)
     results.update(
         wall_time_s=round(time.time() - start, 2),
         # Compute cost: CPU seconds over all threads (and reaped DataLoader workers); unlike the
@@ -161,6 +178,7 @@ def train(cfg: DictConfig) -> dict:
         git_commit=commit,
         # Where it ran: results reproduce per CPU kind (bf16 on AMX), not across kinds.
         machine=cpu_kind(),
+        machines=read_run(out).get("machines", [cpu_kind()]),  # killed and resumed: each part's
         # On a CPU the thread count splits float sums differently: the last digits reproduce
         # per CPU kind *and* thread count.
         threads=torch.get_num_threads(),
@@ -193,11 +211,17 @@ def train(cfg: DictConfig) -> dict:
         monitor=best_checkpoint.monitor,
         best_score=(None if best_checkpoint.best_model_score is None
                     else float(best_checkpoint.best_model_score)),
+        # The course of the run: every validation's scores, the epoch best.ckpt is from, how
+        # many epochs ran and whether early stopping ended them (the epoch it stopped after).
+        best_epoch=best["epoch"] if best else None,
+        **course,
+        # Snapshot epochs (checkpoint.snapshot_epochs) tested like best.ckpt; absent: not reached.
+        at_epoch=at_epoch,
         **{f"decode/{k}": v for k, v in plain["decode"].items()},
     )
     if trainer.is_global_zero:
         (out / "results.json").write_text(json.dumps(results, indent=2))
-        (out / "predictions.json").write_text(json.dumps(module.test_predictions, indent=1))
+        (out / "predictions.json").write_text(json.dumps(predictions, indent=1))
         if datamodule.data.skipped:  # one line per skipped file: path <TAB> why
             (out / "skipped_images.txt").write_text(
                 "".join(f"{path}\t{why}\n" for path, why in datamodule.data.skipped))
@@ -210,6 +234,33 @@ def train(cfg: DictConfig) -> dict:
                 _finish_wandb(logger, results, out, module.vocab.itos,
                               best_checkpoint.best_model_path)
     return results
+
+
+def _test_snapshots(trainer: pl.Trainer, module: CaptioningModule, datamodule: CaptionDataModule,
+                    out: Path, epochs: list[int]) -> dict:
+    """Test each snapshot (checkpoint.snapshot_epochs) as best.ckpt was tested -> {epoch: test
+    scores}; its captions into predictions_epoch<N>.json. Epochs the run did not reach (early
+    stopping) are left out."""
+    scores, loggers = {}, trainer.loggers
+    trainer.loggers = []  # the loggers' test/* are best.ckpt's: these go to results.json only
+    try:
+        for epoch in sorted(set(epochs)):
+            path = snapshot_path(out, epoch)
+            if not path.is_file():
+                continue
+            trainer.test(module, datamodule=datamodule, verbose=False, ckpt_path=str(path))
+            scores[str(epoch)] = dict(module.metrics.get("test", {}))
+            if trainer.is_global_zero:
+                (out / f"predictions_epoch{epoch}.json").write_text(
+                    json.dumps(module.test_predictions, indent=1))
+    finally:
+        trainer.loggers = loggers
+    return scores
+
+
+def _epochs_trained(trainer: pl.Trainer) -> int:
+    """Epochs run to the end (a resumed run counts the killed run's too)."""
+    return trainer.fit_loop.epoch_progress.current.completed
 
 
 def build_trainer(trainer_cfg: dict, **kwargs) -> pl.Trainer:
