@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
@@ -640,3 +642,67 @@ def test_the_sweep_chooses_each_modes_rate_on_validation_alone(tmp_path):
     text = sweep_markdown(report, [1e-3, 3e-3, 1e-2])
     assert "**0.5200 (ep 7/12)**" in text and "lstm/matched/dot: 0.001" in text
     assert "0.6" not in text and "0.7" not in text  # no test score anywhere
+
+
+def _convergence_cells(tmp_path, scores, same_captions=False):
+    """Fake finished cells: scores {(dims, mode, seed): (bleu4 after 2 epochs, after 5 (None: the
+    run stopped before), at best)}; captions per image that differ by mode unless same_captions."""
+    refs = {i: [["a", "red", "circle", "on", "the", "left"], ["a", "red", "circle", "at", "the", "left"]]
+            for i in range(8)}
+    words = {"additive": "a red circle on the left", "dot": "a red square on the left",
+             "scaled_dot": "a red circle at the top"}
+    dirs = {}
+    for (dims, mode, seed), (two, five, best) in scores.items():
+        out = tmp_path / f"{dims}-{mode}-{seed}"
+        out.mkdir()
+        at = {"2": {"test/bleu4": two}} | ({"5": {"test/bleu4": five}} if five is not None else {})
+        curve = [{"epoch": e, "val/bleu4": 0.1 * e} for e in range(1, 7)]
+        (out / "results.json").write_text(json.dumps({
+            "test/bleu4": best, "at_epoch": at, "best_epoch": 6, "epochs_trained": 10,
+            "stopped_early_after": 10, "val_curve": curve, "git_commit": "abc", "threads": 1,
+            "machine": "cpu", "machines": ["cpu"], "cpu_s": 3600, "train_precision": "32-true"}))
+        caption = words["additive" if same_captions else mode] + ("" if seed % 2 else " now")
+        names = ["predictions.json", "predictions_epoch2.json"]
+        names += ["predictions_epoch5.json"] if five else []
+        for name in names:
+            (out / name).write_text(json.dumps([{"image_id": i, "caption": caption} for i in refs]))
+        dirs[Cell("lstm", dims, mode, seed, 3e-3)] = out
+    return dirs, {i: r for i, r in refs.items()}
+
+
+def test_the_convergence_report_pairs_by_seed_and_takes_the_difference_of_differences(tmp_path):
+    from captioning.compare.convergence import convergence_markdown, convergence_report, save_curves
+
+    rng = np.random.default_rng(0)
+    scores = {(dims, mode, seed): (float(rng.uniform(0.2, 0.4)), None if seed == 2 and mode == "dot" else
+                                   float(rng.uniform(0.3, 0.5)), float(rng.uniform(0.4, 0.6)))
+              for dims in ("matched", "mismatched_whitened") for mode in ("additive", "dot", "scaled_dot")
+              for seed in range(3)}
+    dirs, refs = _convergence_cells(tmp_path, scores)
+    report = convergence_report(dirs, refs, {"snapshot_epochs": [2, 5]}, samples=200)
+    best = {k: v[2] for k, v in scores.items()}
+    inter = next(i for i in report["interactions"] if (i["a"], i["b"]) == ("additive", "dot"))
+    want = [(best[("mismatched_whitened", "additive", s)] - best[("mismatched_whitened", "dot", s)])
+            - (best[("matched", "additive", s)] - best[("matched", "dot", s)]) for s in range(3)]
+    assert inter["stages"]["best"]["per_seed"] == pytest.approx(want)
+    assert inter["stages"]["5"] is None  # dot's seed 2 stopped before epoch 5: not reached
+    gap = next(g for g in report["gaps"] if (g["dims"], g["a"], g["b"]) == ("matched", "additive", "dot"))
+    two = {k: v[0] for k, v in scores.items()}
+    assert gap["stages"]["2"]["per_seed"] == pytest.approx(
+        [two[("matched", "additive", s)] - two[("matched", "dot", s)] for s in range(3)])
+    text = convergence_markdown(report)
+    assert not re.search(r"\bnan\b", text) and "not reached" in text
+    assert "| abc | 1 | cpu | 32-true | 18 |" in text  # provenance from each cell's own record
+    assert save_curves(report, tmp_path).stat().st_size > 10_000
+
+
+def test_identical_captions_give_a_zero_image_interval(tmp_path):
+    """The image bootstrap resamples the same images for both modes: equal captions, zero width."""
+    from captioning.compare.convergence import convergence_report
+
+    scores = {(dims, mode, seed): (0.3, 0.4, 0.5) for dims in ("matched", "mismatched_whitened")
+              for mode in ("additive", "dot") for seed in range(2)}
+    dirs, refs = _convergence_cells(tmp_path, scores, same_captions=True)
+    report = convergence_report(dirs, refs, {"snapshot_epochs": [2, 5]}, samples=100)
+    for g in report["gaps"] + report["interactions"]:
+        assert g["stages"]["best"]["boot"] == (0.0, 0.0)

@@ -56,11 +56,15 @@ class Cell:
 
 def expand_grid(spec: dict) -> list[Cell]:
     """decoders x dims x (attentions + blind) x seeds, seed-major: a grid stopped half-way has
-    whole seeds done, not whole modes. With compare.lrs (a learning-rate sweep) every cell at
+    whole seeds done, not whole modes; compare.dim_limits keeps some dims to fewer attentions or
+    seeds. With compare.lrs (a learning-rate sweep) every cell at
     each of those rates; otherwise at its rate from compare.rates (rate_for), if any."""
     modes = list(spec["attentions"]) + ([BLIND] if spec.get("blind", True) else [])
+    limits = spec.get("dim_limits") or {}  # per dims: only these attentions / seeds
     cells = [Cell(dec, dims, mode, seed) for seed in spec["seeds"] for dec in spec["decoders"]
-             for dims in spec["dims"] for mode in modes]
+             for dims in spec["dims"] for mode in modes
+             if mode in (limits.get(dims) or {}).get("attentions", modes)
+             and seed in (limits.get(dims) or {}).get("seeds", spec["seeds"])]
     if spec.get("lrs"):
         return [Cell(c.decoder, c.dims, c.attention, c.seed, float(lr)) for c in cells for lr in spec["lrs"]]
     rates = spec.get("rates") or {}

@@ -16,6 +16,7 @@ from ..cpu import configure_cpu
 from ..data.prepare import load_dataset_records
 from ..errors import UserError
 from ..gallery import build_gallery
+from .convergence import convergence_markdown, convergence_report, save_curves
 from .executor import make_executor
 from .grid import Cell, GridRunner, expand_grid
 from .report import build_markdown, build_report, save_plots
@@ -82,6 +83,8 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
         return None
     if spec.get("lrs"):  # a learning-rate sweep: its own report (validation only)
         return _sweep(spec, dirs, root, train_s)
+    if spec.get("report", "standard") == "convergence":
+        return _convergence(cfg, spec, dirs, runner, train_s)
     reruns = runner.verify(dirs, spec.get("verify", 0), spec.get("train", True))
     refs = _test_references(cfg)
     tp = _throughput(spec)
@@ -109,6 +112,32 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
         _wandb_summary(cfg, spec, report, markdown, plots, out)
     if spec.get("gallery"):
         _gallery(spec["gallery"], runner, dirs, out / "gallery", spec.get("train", True))
+    return out
+
+
+def _convergence(cfg: DictConfig, spec: dict, dirs: dict[Cell, Path], runner: GridRunner,
+                 train_s: float) -> Path:
+    """experiment=convergence's report (compare/convergence.py), with its sweep's table."""
+    samples = spec.get("bootstrap_samples", 1000)
+    snapshots = list(cfg.checkpoint.get("snapshot_epochs") or [])
+    report = convergence_report(dirs, _test_references(cfg), {**spec, "snapshot_epochs": snapshots},
+                                samples)
+    markdown = convergence_markdown(report)
+    if spec.get("sweep"):
+        sweep_cells = expand_grid({**spec, **spec["sweep"], "dim_limits": {}})
+        swept = runner.finished(sweep_cells)
+        report["sweep"] = sweep_report(swept)
+        markdown = ("### Learning rates (experiment=convergence_sweep)\n\n"
+                    + sweep_markdown(report["sweep"], [float(x) for x in spec["sweep"]["lrs"]])
+                    + f"\n{len(swept)} of {len(sweep_cells)} sweep cells finished.\n\n" + markdown)
+    report["grid_wall_s"] = train_s
+    out = runner.root / time.strftime("%Y-%m-%d_%H-%M-%S")
+    out.mkdir(parents=True, exist_ok=True)
+    save_curves(report, out)
+    (out / "report.md").write_text(f"# {spec['name']}\n\n{markdown}")
+    (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
+    print(markdown)
+    log.info("report: %s (grid %.0f s)", out / "report.md", train_s)
     return out
 
 

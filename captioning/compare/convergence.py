@@ -1,0 +1,257 @@
+"""The report of the comparison at convergence (experiment=convergence): per decoder x dims x
+mode the test score of the best-validation checkpoint with CIs over seeds and over images and
+the epochs it took; the additive - dot (and - scaled dot) gap after 2 and 5 epochs and at
+convergence, paired by seed; the width x mode interaction (difference of differences); the
+learning curves. Every number from the cells' own files (results.json, predictions*.json)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from ..data.vocab import tokenize
+from ..metrics.stats import bleu_stats, bootstrap_bleu, percentile_interval, t_interval
+from .grid import Cell
+
+BEST = "best"  # the stage of best.ckpt; the others are snapshot epochs ("2", "5")
+CONTRASTS = (("additive", "dot"), ("additive", "scaled_dot"))
+WIDTHS = ("mismatched_whitened", "matched")  # the interaction: 2048-d minus 512-d, same features
+
+
+class Cells:
+    """The cells' files, read once: results, and per stage the per-image BLEU statistics."""
+
+    def __init__(self, dirs: dict[Cell, Path], references: dict) -> None:
+        self.dirs, self.refs = dirs, references
+        self.ids = sorted(references, key=str)
+        self.results = {c: json.loads((d / "results.json").read_text()) for c, d in dirs.items()}
+        self._stats: dict[tuple[Path, str], np.ndarray | None] = {}
+
+    def score(self, cell: Cell, stage: str) -> float | None:
+        res = self.results[cell]
+        scores = res if stage == BEST else res.get("at_epoch", {}).get(stage, {})
+        return scores.get("test/bleu4")
+
+    def per_image(self, cell: Cell, stage: str) -> np.ndarray | None:
+        """(M, 10) BLEU statistics of the stage's test captions, rows = sorted image ids."""
+        key = (self.dirs[cell], stage)
+        if key not in self._stats:
+            name = "predictions.json" if stage == BEST else f"predictions_epoch{stage}.json"
+            path = self.dirs[cell] / name
+            if not path.is_file():
+                self._stats[key] = None
+            else:
+                hyps = {p["image_id"]: tokenize(p["caption"]) for p in json.loads(path.read_text())}
+                self._stats[key] = np.stack([bleu_stats(hyps.get(i, []), self.refs[i]) for i in self.ids])
+        return self._stats[key]
+
+
+def _group(dirs: dict[Cell, Path]) -> dict[tuple[str, str, str], dict[int, Cell]]:
+    groups: dict[tuple, dict[int, Cell]] = defaultdict(dict)
+    for cell in sorted(dirs):
+        groups[(cell.decoder, cell.dims, cell.attention)][cell.seed] = cell
+    return groups
+
+
+def _paired(cells: Cells, pairs: list[tuple[list[Cell], list[int]]], stage: str,
+            samples: int) -> dict | None:
+    """A signed sum of cells per seed (pairs: ([cells], [+1/-1 signs]) for each seed), its
+    mean and t interval over seeds and the image-bootstrap interval (the same resampled images
+    for every cell). None when a stage is missing for some cell."""
+    per_seed, draws = [], []
+    for group, signs in pairs:
+        scores = [cells.score(c, stage) for c in group]
+        stats = [cells.per_image(c, stage) for c in group]
+        if any(s is None for s in scores) or any(s is None for s in stats):
+            return None
+        per_seed.append(sum(sign * s for sign, s in zip(signs, scores)))
+        draws.append(sum(sign * bootstrap_bleu([s], samples) for sign, s in zip(signs, stats)))
+    if not per_seed:
+        return None
+    return {"seeds": len(per_seed), "per_seed": per_seed, "ci": t_interval(per_seed),
+            "boot": percentile_interval(np.mean(draws, axis=0))}
+
+
+def convergence_report(dirs: dict[Cell, Path], references: dict, spec: dict,
+                       samples: int = 1000) -> dict:
+    """dirs: the grid's finished cells (at their chosen rates) -> the report as data."""
+    cells = Cells(dirs, references)
+    groups = _group(dirs)
+    stages = [str(e) for e in spec.get("snapshot_epochs", [])] + [BEST]
+    rows = []
+    for (decoder, dims, mode), by_seed in groups.items():
+        res = [cells.results[c] for c in by_seed.values()]
+        best_epochs = [r.get("best_epoch") for r in res if r.get("best_epoch") is not None]
+        boot = bootstrap_bleu([cells.per_image(c, BEST) for c in by_seed.values()], samples)
+        rows.append({
+            "decoder": decoder, "dims": dims, "attention": mode, "seeds": sorted(by_seed),
+            "lr": sorted({c.lr for c in by_seed.values()}),
+            "bleu4": t_interval([r["test/bleu4"] for r in res]), "bleu4_boot": percentile_interval(boot),
+            "at_epoch": {s: t_interval([x for c in by_seed.values() if (x := cells.score(c, s)) is not None])
+                         for s in stages if s != BEST},
+            "attr_acc": t_interval([r.get("test/attr_acc", math.nan) for r in res]),
+            "attn_entropy": t_interval([r.get("test/attn_entropy", math.nan) for r in res]),
+            "best_epoch": t_interval(best_epochs), "best_epoch_range": [min(best_epochs), max(best_epochs)]
+            if best_epochs else None,
+            "epochs_trained": [r.get("epochs_trained") for r in res],
+            "stopped_early": sum(r.get("stopped_early_after") is not None for r in res),
+            "capped": sum(r.get("stopped_early_after") is None for r in res),
+        })
+    gaps = []
+    for (decoder, dims, _), _ in sorted(groups.items()):
+        for a, b in CONTRASTS:
+            ga, gb = groups.get((decoder, dims, a)), groups.get((decoder, dims, b))
+            if not ga or not gb or any(g["decoder"] == decoder and g["dims"] == dims and g["a"] == a
+                                       and g["b"] == b for g in gaps):
+                continue
+            seeds = sorted(set(ga) & set(gb))
+            pairs = [([ga[s], gb[s]], [1, -1]) for s in seeds]
+            gaps.append({"decoder": decoder, "dims": dims, "a": a, "b": b, "seeds": seeds,
+                         "stages": {s: _paired(cells, pairs, s, samples) for s in stages}})
+    interactions = []
+    wide, narrow = WIDTHS
+    for decoder in sorted({d for d, _, _ in groups}):
+        for a, b in CONTRASTS:
+            parts = [groups.get((decoder, dims, m)) for dims in (wide, narrow) for m in (a, b)]
+            if not all(parts):
+                continue
+            seeds = sorted(set.intersection(*(set(p) for p in parts)))
+            pairs = [([p[s] for p in parts], [1, -1, -1, 1]) for s in seeds]
+            interactions.append({"decoder": decoder, "a": a, "b": b, "wide": wide, "narrow": narrow,
+                                 "seeds": seeds, "stages": {s: _paired(cells, pairs, s, samples)
+                                                            for s in stages}})
+    curves = {}
+    for (decoder, dims, mode), by_seed in groups.items():
+        curves[f"{decoder}/{dims}/{mode}"] = {
+            str(c.seed): [[e["epoch"], e.get("val/bleu4")] for e in cells.results[c].get("val_curve", [])]
+            for c in by_seed.values()}
+    provenance = defaultdict(int)
+    for cell, r in cells.results.items():
+        machines = r.get("machines") or [r.get("machine") or "unknown"]
+        provenance[(r.get("git_commit") or "unknown", r.get("threads"), " + ".join(dict.fromkeys(machines)),
+                    r.get("train_precision") or "unknown")] += 1
+    cpu_h = sum(r.get("cpu_s", 0) for r in cells.results.values()) / 3600
+    return {"rows": rows, "gaps": gaps, "interactions": interactions, "curves": curves,
+            "stages": stages, "bootstrap_samples": samples, "cpu_h": cpu_h, "runs": len(cells.results),
+            "provenance": [{"commit": k[0], "threads": k[1], "machine": k[2], "precision": k[3],
+                            "cells": n} for k, n in sorted(provenance.items(), key=str)]}
+
+
+def _ci(ci: dict, digits: int = 3) -> str:
+    if ci is None or ci.get("n", 0) == 0 or math.isnan(ci["mean"]):
+        return ""
+    if math.isnan(ci["std"]):
+        return f"{ci['mean']:.{digits}f}"
+    return f"{ci['mean']:.{digits}f} ± {ci['std']:.{digits}f}"
+
+
+def _diff(d: dict | None) -> str:
+    """+0.012 [seed CI] / [image CI]; bold when both intervals exclude zero."""
+    if d is None:
+        return "not reached"
+    ci, (lo, hi) = d["ci"], d["boot"]
+    seed = "" if math.isnan(ci["lo"]) else f" [{ci['lo']:+.3f}, {ci['hi']:+.3f}]"
+    text = f"{ci['mean']:+.3f}{seed} / [{lo:+.3f}, {hi:+.3f}]"
+    clear = not math.isnan(ci["lo"]) and (ci["lo"] > 0 or ci["hi"] < 0) and (lo > 0 or hi < 0)
+    return f"**{text}**" if clear else text
+
+
+def convergence_markdown(report: dict) -> str:
+    snaps = [s for s in report["stages"] if s != BEST]
+    lines = ["### At convergence", "",
+             "Test split, best-validation checkpoint, the base config's decoding. BLEU-4 mean ± std "
+             "over seeds; 95% CI over seeds (t) and over test images (bootstrap, "
+             f"{report['bootstrap_samples']} resamples); " + ", ".join(f"after {s} epochs" for s in snaps)
+             + ": the same runs' snapshots, tested alike; best epoch: mean (range) of the epoch "
+             "best.ckpt is from; stopped: runs ended by early stopping / all.", "",
+             "| decoder | dims | attention | lr | BLEU-4 | 95% CI seeds | 95% CI images | "
+             + " | ".join(f"after {s} ep" for s in snaps) + " | best epoch | stopped | attr acc | entropy |",
+             "|---|---|---|---:|---:|---:|---:|" + "---:|" * len(snaps) + "---:|---:|---:|---:|"]
+    for r in report["rows"]:
+        b, (lo, hi) = r["bleu4"], r["bleu4_boot"]
+        seed_ci = "" if math.isnan(b["lo"]) else f"[{b['lo']:.3f}, {b['hi']:.3f}]"
+        rng = r["best_epoch_range"]
+        epoch = "" if rng is None else f"{r['best_epoch']['mean']:.1f} ({rng[0]}-{rng[1]})"
+        lines.append(f"| {r['decoder']} | {r['dims']} | {r['attention']} | "
+                     f"{', '.join(f'{x:g}' for x in r['lr']) or 'base'} | {_ci(b)} | {seed_ci} | "
+                     f"[{lo:.3f}, {hi:.3f}] | " + " | ".join(_ci(r["at_epoch"][s]) for s in snaps)
+                     + f" | {epoch} | {r['stopped_early']}/{len(r['seeds'])} | {_ci(r['attr_acc'])} | "
+                     f"{_ci(r['attn_entropy'], 2)} |")
+    stage_names = [f"after {s} epochs" for s in snaps] + ["at convergence"]
+    if report["gaps"]:
+        lines += ["", "### The gap after a fixed budget and at convergence", "",
+                  "BLEU-4 difference, paired by seed: mean [95% CI over seeds] / [95% CI over test "
+                  "images]; bold: both exclude zero.", "",
+                  "| decoder | dims | difference | seeds | " + " | ".join(stage_names) + " |",
+                  "|---|---|---|---:|" + "---:|" * len(stage_names)]
+        for g in report["gaps"]:
+            lines.append(f"| {g['decoder']} | {g['dims']} | {g['a']} − {g['b']} | {len(g['seeds'])} | "
+                         + " | ".join(_diff(g["stages"][s]) for s in report["stages"]) + " |")
+    if report["interactions"]:
+        lines += ["", "### Width x mode: does the mismatch change the gap?", "",
+                  "(gap at 2048-d whitened) − (gap at 512-d whitened), the same features but for "
+                  "the width, paired by seed: mean [95% CI over seeds] / [95% CI over test images]. "
+                  "Positive: the mode's advantage grows with the mismatch.", "",
+                  "| decoder | gap | seeds | " + " | ".join(stage_names) + " |",
+                  "|---|---|---:|" + "---:|" * len(stage_names)]
+        for i in report["interactions"]:
+            lines.append(f"| {i['decoder']} | {i['a']} − {i['b']} | {len(i['seeds'])} | "
+                         + " | ".join(_diff(i["stages"][s]) for s in report["stages"]) + " |")
+    lines += ["", "### Provenance", "", "Each cell's own record (results.json): the commit it ran, "
+              "its torch threads, the machine(s) it trained on, its training precision.", "",
+              "| commit | threads | machine | precision | cells |", "|---|---:|---|---|---:|"]
+    for p in report["provenance"]:
+        lines.append(f"| {p['commit']} | {p['threads']} | {p['machine']} | {p['precision']} | {p['cells']} |")
+    lines += ["", f"Compute: {report['runs']} runs, {report['cpu_h']:.2f} CPU core-hours (each run's cpu_s)."]
+    return "\n".join(lines) + "\n"
+
+
+def save_curves(report: dict, out: Path) -> Path:
+    """learning_curves.png: validation BLEU-4 per epoch, one panel per decoder x dims, a line per
+    mode (mean over the seeds still training at that epoch) with a min-max band over seeds, and
+    each seed's best epoch marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = sorted({tuple(k.split("/")[:2]) for k in report["curves"]})
+    modes = list(dict.fromkeys(k.split("/")[2] for k in report["curves"]))
+    cols = min(3, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.8 * rows), squeeze=False)
+    for ax, (decoder, dims) in zip(axes.flat, panels):
+        for k, mode in enumerate(modes):
+            seeds = report["curves"].get(f"{decoder}/{dims}/{mode}")
+            if not seeds:
+                continue
+            by_epoch = defaultdict(list)
+            for curve in seeds.values():
+                for epoch, score in curve:
+                    if score is not None:
+                        by_epoch[epoch].append(score)
+                if curve:
+                    best = max(curve, key=lambda e: (e[1] if e[1] is not None else -1, -e[0]))
+                    ax.plot(best[0], best[1], marker="o", ms=3, color=f"C{k}", alpha=0.7)
+            epochs = sorted(by_epoch)
+            mean = [np.mean(by_epoch[e]) for e in epochs]
+            ax.plot(epochs, mean, color=f"C{k}", label=f"{mode} ({len(seeds)} seeds)")
+            ax.fill_between(epochs, [min(by_epoch[e]) for e in epochs], [max(by_epoch[e]) for e in epochs],
+                            color=f"C{k}", alpha=0.15)
+        ax.set_title(f"{decoder}, {dims}", fontsize=9)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("validation BLEU-4 (greedy)")
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.text(0.01, 0.005, "line: mean over the seeds still training; band: min-max over them; "
+             "dots: each seed's best epoch (its best.ckpt)", fontsize=7)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    path = out / "learning_curves.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
