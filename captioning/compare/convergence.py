@@ -16,6 +16,7 @@ import numpy as np
 from ..data.vocab import tokenize
 from ..metrics.stats import bleu_stats, bootstrap_bleu, percentile_interval, t_interval
 from .grid import Cell
+from .report import cell_provenance, provenance_markdown
 
 BEST = "best"  # the stage of best.ckpt; the others are snapshot epochs ("2", "5")
 CONTRASTS = (("additive", "dot"), ("additive", "scaled_dot"))
@@ -129,16 +130,10 @@ def convergence_report(dirs: dict[Cell, Path], references: dict, spec: dict,
         curves[f"{decoder}/{dims}/{mode}"] = {
             str(c.seed): [[e["epoch"], e.get("val/bleu4")] for e in cells.results[c].get("val_curve", [])]
             for c in by_seed.values()}
-    provenance = defaultdict(int)
-    for cell, r in cells.results.items():
-        machines = r.get("machines") or [r.get("machine") or "unknown"]
-        provenance[(r.get("git_commit") or "unknown", r.get("threads"), " + ".join(dict.fromkeys(machines)),
-                    r.get("train_precision") or "unknown")] += 1
     cpu_h = sum(r.get("cpu_s", 0) for r in cells.results.values()) / 3600
     return {"rows": rows, "gaps": gaps, "interactions": interactions, "curves": curves,
             "stages": stages, "bootstrap_samples": samples, "cpu_h": cpu_h, "runs": len(cells.results),
-            "provenance": [{"commit": k[0], "threads": k[1], "machine": k[2], "precision": k[3],
-                            "cells": n} for k, n in sorted(provenance.items(), key=str)]}
+            "provenance": cell_provenance({dirs[c]: r for c, r in cells.results.items()})}
 
 
 def _ci(ci: dict, digits: int = 3) -> str:
@@ -202,10 +197,8 @@ def convergence_markdown(report: dict) -> str:
             lines.append(f"| {i['decoder']} | {i['a']} − {i['b']} | {len(i['seeds'])} | "
                          + " | ".join(_diff(i["stages"][s]) for s in report["stages"]) + " |")
     lines += ["", "### Provenance", "", "Each cell's own record (results.json): the commit it ran, "
-              "its torch threads, the machine(s) it trained on, its training precision.", "",
-              "| commit | threads | machine | precision | cells |", "|---|---:|---|---|---:|"]
-    for p in report["provenance"]:
-        lines.append(f"| {p['commit']} | {p['threads']} | {p['machine']} | {p['precision']} | {p['cells']} |")
+              "its torch threads, the machine(s) it trained on, its training precision, the grid "
+              "whose results root holds it.", "", *provenance_markdown(report["provenance"])]
     lines += ["", f"Compute: {report['runs']} runs, {report['cpu_h']:.2f} CPU core-hours (each run's cpu_s)."]
     return "\n".join(lines) + "\n"
 

@@ -40,6 +40,35 @@ def _threads(n: int | None) -> str | None:
     return None if not n else f"{n} thread{'s' if n != 1 else ''}"
 
 
+def _threads_of(r: dict) -> str:
+    """A cell's torch threads as its record gives them; cells from before the field was recorded:
+    CPU time over wall time, how many threads were busy on average (2 cores: ~1 or ~2)."""
+    if r.get("threads"):
+        return str(r["threads"])
+    if r.get("cpu_s") and r.get("wall_time_s"):
+        return f"not recorded (CPU/wall {r['cpu_s'] / r['wall_time_s']:.1f})"
+    return "not recorded"
+
+
+def cell_provenance(results: dict[Path, dict]) -> list[dict]:
+    """{cell dir: results.json} -> one row per (commit, threads, machine(s), precision, the grid
+    whose root holds the cell) with its cell count: every fact from the cells' own records."""
+    counts: dict[tuple, int] = defaultdict(int)
+    for out, r in results.items():
+        machines = " + ".join(dict.fromkeys(r.get("machines") or [r.get("machine") or "not recorded"]))
+        counts[(r.get("git_commit") or "not recorded", _threads_of(r), machines,
+                r.get("train_precision") or "not recorded", Path(out).parent.parent.name)] += 1
+    return [{"commit": k[0], "threads": k[1], "machine": k[2], "precision": k[3], "grid": k[4],
+             "cells": n} for k, n in sorted(counts.items())]
+
+
+def provenance_markdown(rows: list[dict]) -> list[str]:
+    return ["| commit | threads | machine | training precision | grid (results root) | cells |",
+            "|---|---|---|---|---|---:|"] + [
+        f"| {p['commit']} | {p['threads']} | {p['machine']} | {p['precision']} | {p['grid']} | {p['cells']} |"
+        for p in rows]
+
+
 def build_report(
     dirs: dict[Cell, Path],
     references: dict,
@@ -146,8 +175,10 @@ def build_report(
     for row in rows:
         cells = groups[(row["decoder"], row["dims"], row["attention"])]
         row["dirty"] = sorted(c.seed for c in cells if "+dirty" in (runs[c][0].get("git_commit") or ""))
+    provenance = cell_provenance({dirs[c]: runs[c][0] for c in runs})
     return {"rows": rows, "diffs": diffs, "unpaired": unpaired, "throughput": throughput or {},
             "reruns": reruns or [], "commits": commits, "machines": machines, "compute": compute,
+            "provenance": provenance,
             "feature_precisions": precisions, "spec": spec, "bootstrap_samples": samples,
             "undertrained_margin": threshold}
 
@@ -172,6 +203,9 @@ def build_markdown(report: dict) -> str:
                          f"{'the other ' if cost['cpu_runs'] else ''}{cost['runs'] - cost['cpu_runs']} "
                          "(recorded before CPU time was; an upper bound: pauses included)")
         where += [f"Compute: {cost['runs']} distinct runs; " + "; ".join(parts) + ".", ""]
+    if report.get("provenance"):
+        where += ["Where each cell comes from (its own results.json):", "",
+                  *provenance_markdown(report["provenance"]), ""]
     lines = where + [f"Commit(s): {', '.join(commits)}.{combined} Test split; BLEU-4 = nltk corpus BLEU "
              f"(0-1). mean ± std over seeds; 95% CI over seeds (t) and by bootstrap over test "
              f"images ({report['bootstrap_samples']} resamples, mean over seeds). A run counts "
