@@ -724,3 +724,14 @@ def test_identical_captions_give_a_zero_image_interval(tmp_path):
     report = convergence_report(dirs, refs, {"snapshot_epochs": [2, 5]}, samples=100)
     for g in report["gaps"] + report["interactions"]:
         assert g["stages"]["best"]["boot"] == (0.0, 0.0)
+
+
+def test_limits_keep_a_dims_or_a_decoder_to_fewer_cells():
+    spec = {"attentions": ["additive", "dot"], "decoders": ["lstm", "transformer"], "seeds": [0, 1, 2],
+            "dims": ["matched", "wide", "query"], "blind": False,
+            "dim_limits": {"query": {"attentions": ["dot"], "seeds": [0]}},
+            "decoder_limits": {"transformer": {"dims": ["wide"], "seeds": [0, 1]}}}
+    cells = set(expand_grid(spec))
+    assert {c for c in cells if c.dims == "query"} == {Cell("lstm", "query", "dot", 0)}
+    assert {(c.dims, c.seed) for c in cells if c.decoder == "transformer"} == {("wide", 0), ("wide", 1)}
+    assert len(cells) == 2 * 3 * 2 + 1 + 2 * 2  # lstm matched+wide, lstm query, transformer wide

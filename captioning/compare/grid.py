@@ -56,19 +56,27 @@ class Cell:
 
 def expand_grid(spec: dict) -> list[Cell]:
     """decoders x dims x (attentions + blind) x seeds, seed-major: a grid stopped half-way has
-    whole seeds done, not whole modes; compare.dim_limits keeps some dims to fewer attentions or
-    seeds. With compare.lrs (a learning-rate sweep) every cell at
+    whole seeds done, not whole modes; compare.dim_limits and decoder_limits keep some dims or
+    decoders to fewer attentions, seeds or dims. With compare.lrs (a learning-rate sweep) every cell at
     each of those rates; otherwise at its rate from compare.rates (rate_for), if any."""
     modes = list(spec["attentions"]) + ([BLIND] if spec.get("blind", True) else [])
-    limits = spec.get("dim_limits") or {}  # per dims: only these attentions / seeds
     cells = [Cell(dec, dims, mode, seed) for seed in spec["seeds"] for dec in spec["decoders"]
-             for dims in spec["dims"] for mode in modes
-             if mode in (limits.get(dims) or {}).get("attentions", modes)
-             and seed in (limits.get(dims) or {}).get("seeds", spec["seeds"])]
+             for dims in spec["dims"] for mode in modes if _within_limits(spec, dec, dims, mode, seed)]
     if spec.get("lrs"):
         return [Cell(c.decoder, c.dims, c.attention, c.seed, float(lr)) for c in cells for lr in spec["lrs"]]
     rates = spec.get("rates") or {}
     return [Cell(c.decoder, c.dims, c.attention, c.seed, rate_for(rates, c)) for c in cells]
+
+
+def _within_limits(spec: dict, decoder: str, dims: str, mode: str, seed: int) -> bool:
+    """compare.dim_limits[dims] and compare.decoder_limits[decoder] ({attentions, seeds, dims}:
+    only these) both allow the cell."""
+    for limit in ((spec.get("dim_limits") or {}).get(dims) or {},
+                  (spec.get("decoder_limits") or {}).get(decoder) or {}):
+        if (mode not in limit.get("attentions", [mode]) or seed not in limit.get("seeds", [seed])
+                or dims not in limit.get("dims", [dims])):
+            return False
+    return True
 
 
 def rate_for(rates: dict[str, float], cell: Cell) -> float:

@@ -124,7 +124,7 @@ def _convergence(cfg: DictConfig, spec: dict, dirs: dict[Cell, Path], runner: Gr
                                 samples)
     markdown = convergence_markdown(report)
     if spec.get("sweep"):
-        sweep_cells = expand_grid({**spec, **spec["sweep"], "dim_limits": {}})
+        sweep_cells = expand_grid({**spec, **spec["sweep"]})  # its lrs, dims and seeds
         swept = runner.finished(sweep_cells)
         report["sweep"] = sweep_report(swept)
         markdown = ("### Learning rates (experiment=convergence_sweep)\n\n"

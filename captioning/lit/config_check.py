@@ -42,7 +42,7 @@ OWN_TRAINER_KEYS = {"nan_policy": "stop | skip", "nan_max_in_row": "skip at most
 
 # Sections whose content is a plug-in's own kwargs: not checked against the shipped keys.
 EXTENSION_POINTS = ("logger", "callbacks", "hydra", "compare.slurm", "compare.gallery", "compare.rates",
-                    "compare.dim_limits")
+                    "compare.dim_limits", "compare.decoder_limits")
 
 # Trainer arguments that build_trainer sets itself: a value in the config would be overwritten,
 # so each is refused with where the setting lives instead (trainer.plugins is honoured, but a
