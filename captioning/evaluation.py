@@ -26,7 +26,8 @@ def evaluate_checkpoint(
     batch_size: int = 100,
     device: str = "auto",
 ) -> tuple[dict, list[dict], dict]:
-    """-> (flat metrics in the results.json schema, COCO-format predictions, tokenisation used).
+    """-> (flat metrics in the results.json schema, COCO-format predictions (with decode.n_best
+    > 1 each also has its n-best list, "nbest"), tokenisation used).
 
     `decode` entries that are not None override the checkpoint's decoding settings; the data
     config is the checkpoint's with `data_overrides` applied (e.g. another root or cache dir).
@@ -36,6 +37,9 @@ def evaluate_checkpoint(
                                                         batch_size, device)
     hyps = [c.words for c in captions]
     predictions = [{"image_id": r.image_id, "caption": " ".join(h)} for r, h in zip(records, hyps)]
+    if predictor.decode.get("n_best", 1) > 1:  # beam search's n best, best first, with scores
+        for p, c in zip(predictions, captions):
+            p["nbest"] = c.nbest
     prefix = f"{split}/"
     metrics, tokenization = score_captions(
         {p["image_id"]: p["caption"] for p in predictions},

@@ -67,5 +67,6 @@ def caption_images(
                 rgb = np.ascontiguousarray(items[i][0].permute(1, 2, 0).numpy())
                 attention_figure(rgb, words, caption.weights, fig, scale=scale)
             results.append({"image": str(path), "caption": " ".join(words),
-                            "figure": str(fig) if fig else None})
+                            "figure": str(fig) if fig else None,
+                            **({"nbest": caption.nbest} if caption.nbest else {})})
     return results, skipped

@@ -14,22 +14,47 @@ from .data.features import resolve_device
 from .data.vocab import Vocabulary
 from .models.captioner import Captioner
 
-DECODE_KEYS = ("beam_size", "max_len", "alpha", "block_ngram")
+DECODE_KEYS = ("beam_size", "max_len", "alpha", "block_ngram", "min_len", "sample", "temperature",
+               "top_k", "top_p", "seed", "n_best")
 
 
 def greedy(decode: dict) -> dict:
-    """The decode settings with beam search switched off: validation decodes greedily every
-    epoch because it only ranks checkpoints; the test stage uses the settings as given."""
-    return {**decode, "beam_size": 1}
+    """The decode settings with beam search and sampling switched off: validation decodes
+    greedily every epoch because it only ranks checkpoints (the same rules: min_len,
+    block_ngram); the test stage uses the settings as given."""
+    return {**decode, "beam_size": 1, "sample": False, "n_best": 1}
 
 
 def decode_settings(base: dict, overrides: dict | None = None) -> dict:
-    """A run's `decode` config with the non-None entries of `overrides` applied."""
-    merged = {**base, **{k: v for k, v in (overrides or {}).items() if v is not None}}
+    """A run's `decode` config with the non-None entries of `overrides` applied (settings a
+    checkpoint from before them lacks take their defaults: off)."""
+    merged = {**DECODE_DEFAULTS, **base, **{k: v for k, v in (overrides or {}).items() if v is not None}}
     unknown = set(merged) - set(DECODE_KEYS)
     if unknown:
         raise ValueError(f"unknown decode setting(s) {sorted(unknown)}; valid: {', '.join(DECODE_KEYS)}")
+    if problems := decode_problems(merged):
+        raise ValueError("; ".join(problems))
     return merged
+
+
+# What the settings added after the first checkpoints mean when absent: off.
+DECODE_DEFAULTS = {"min_len": 0, "sample": False, "temperature": 1.0, "top_k": 0, "top_p": 1.0,
+                   "seed": 0, "n_best": 1}
+
+
+def decode_problems(decode: dict) -> list[str]:
+    """The decode settings that contradict each other (each key's own range: config_check)."""
+    problems = []
+    n_best, beam = decode.get("n_best", 1), decode.get("beam_size", 1)
+    if n_best > 1 and decode.get("sample"):
+        problems.append(f"decode.n_best={n_best} with decode.sample=true: n-best lists come from "
+                        "beam search; set decode.sample=false or decode.n_best=1")
+    elif n_best > beam >= 1:  # (a beam_size below 1 is reported by its own rule)
+        problems.append(f"decode.n_best={n_best} needs decode.beam_size >= {n_best} (it is {beam})")
+    if decode.get("min_len", 0) >= decode.get("max_len", 30):
+        problems.append(f"decode.min_len={decode.get('min_len')} must be below decode.max_len="
+                        f"{decode.get('max_len')}")
+    return problems
 
 
 @dataclass
@@ -39,17 +64,35 @@ class Caption:
     words: list[str]
     weights: torch.Tensor  # (len(words), N): row t is the attention when word t was generated
     steps: torch.Tensor  # (steps, N): every decoding step up to and including <eos> (diagnostics)
+    # decode.n_best > 1: beam search's n best, best first: {caption, score, logprob}
+    nbest: list[dict] | None = None
 
 
 @torch.no_grad()
 def caption_features(
-    model: Captioner, vocab: Vocabulary, raw_features: torch.Tensor, decode: dict
+    model: Captioner, vocab: Vocabulary, raw_features: torch.Tensor, decode: dict,
+    generator: torch.Generator | None = None,
 ) -> list[Caption]:
     """Raw features (B, N, C), on any device -> one Caption per image, decoded on the model's
-    device with `decode` settings (the attention stays there)."""
+    device with `decode` settings (the attention stays there); `generator`: the sampling draws
+    (decode.sample), one per decoding pass so that its batches continue one seeded stream."""
     device = next(model.parameters()).device
-    ids, weights = model.generate(raw_features.to(device), vocab.bos, vocab.eos, vocab.pad, **decode)
-    return [Caption(*vocab.decode_aligned(tokens, w), w) for tokens, w in zip(ids, weights)]
+    raw = raw_features.to(device)
+    settings = {k: v for k, v in decode.items() if k != "n_best"}
+    if decode.get("n_best", 1) == 1:
+        ids, weights = model.generate(raw, vocab.bos, vocab.eos, vocab.pad, generator=generator, **settings)
+        return [Caption(*vocab.decode_aligned(tokens, w), w) for tokens, w in zip(ids, weights)]
+    hyps = model.generate_nbest(raw, vocab.bos, vocab.eos, vocab.pad, decode["beam_size"],
+                                decode["max_len"], decode["alpha"], decode["n_best"],
+                                decode["block_ngram"], decode.get("min_len", 0))
+    return [Caption(*vocab.decode_aligned(h[0].tokens, h[0].weights), h[0].weights,
+                    [{"caption": " ".join(vocab.decode(x.tokens)), "score": x.score, "logprob": x.logprob}
+                     for x in h]) for h in hyps]
+
+
+def decode_generator(decode: dict, device: torch.device) -> torch.Generator | None:
+    """The seeded generator of one decoding pass when decode.sample is on, else None."""
+    return torch.Generator(device).manual_seed(int(decode.get("seed", 0))) if decode.get("sample") else None
 
 
 @dataclass
@@ -73,7 +116,10 @@ class Predictor:
         model, vocab, cfg = load_checkpoint(checkpoint)
         return cls(model.to(where), vocab, cfg, decode_settings(cfg["decode"], decode), where)
 
+    def __post_init__(self) -> None:
+        self.generator = decode_generator(self.decode, self.device)  # one stream per Predictor
+
     def __call__(self, raw_features: torch.Tensor) -> list[Caption]:
         """Captions with their attention on the CPU (figures, JSON), wherever they were decoded."""
-        captions = caption_features(self.model, self.vocab, raw_features, self.decode)
-        return [Caption(c.words, c.weights.cpu(), c.steps.cpu()) for c in captions]
+        captions = caption_features(self.model, self.vocab, raw_features, self.decode, self.generator)
+        return [Caption(c.words, c.weights.cpu(), c.steps.cpu(), c.nbest) for c in captions]

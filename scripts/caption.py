@@ -24,6 +24,8 @@ def main(cfg: DictConfig) -> None:
     for r in results:
         extra = f"  -> {r['figure']}" if r.get("figure") else ""
         print(f"{r['image']}: {r['caption']}{extra}")
+        for rank, h in enumerate(r.get("nbest") or [], 1):  # decode.n_best > 1
+            print(f"  {rank}. {h['caption']}  (score {h['score']:.3f}, log-prob {h['logprob']:.3f})")
     for path, why in skipped:
         print(f"skipped {path}: {why}")
     if not results:

@@ -31,7 +31,10 @@ def main(cfg: DictConfig) -> None:
     default = Path(cfg.checkpoint).parent.parent / "eval" / f"{cfg.split}_beam{beam}_alpha{alpha}"
     out = Path(cfg.output_dir or default)
     out.mkdir(parents=True, exist_ok=True)
+    nbest = [{"image_id": p["image_id"], "nbest": p.pop("nbest")} for p in predictions if "nbest" in p]
     (out / "predictions.json").write_text(json.dumps(predictions, indent=1))
+    if nbest:  # decode.n_best > 1: every image's n best, best first (caption, score, logprob)
+        (out / "predictions_nbest.json").write_text(json.dumps(nbest, indent=1))
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     print(format_table(metrics, tokenization, prefix=f"{cfg.split}/"))
     extra = {k: v for k, v in metrics.items() if "attr_acc" in k}

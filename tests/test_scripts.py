@@ -95,6 +95,30 @@ def test_evaluate_reproduces_the_run_and_writes_files(run_dir, tmp_path):
     assert {"test/coco_bleu4", "test/cider", "test/rouge_l"} <= set(beam)
 
 
+def test_evaluate_writes_n_best_lists_and_samples_with_a_seed(run_dir, tmp_path):
+    """decode.n_best: predictions_nbest.json, each image's list best first, its head the
+    caption in predictions.json; decode.sample: the same seed, the same captions; caption.py
+    prints the n best."""
+    ckpt = run_dir / "checkpoints" / "best.ckpt"
+    out = tmp_path / "nbest"
+    run("evaluate.py", f"checkpoint={ckpt}", f"output_dir={out}", "meteor=false", "decode.beam_size=3",
+        "decode.n_best=3")
+    preds = json.loads((out / "predictions.json").read_text())
+    nbest = json.loads((out / "predictions_nbest.json").read_text())
+    assert [n["image_id"] for n in nbest] == [p["image_id"] for p in preds] and "nbest" not in preds[0]
+    for p, n in zip(preds, nbest):
+        scores = [h["score"] for h in n["nbest"]]
+        assert n["nbest"][0]["caption"] == p["caption"] and scores == sorted(scores, reverse=True)
+        assert 1 <= len(n["nbest"]) <= 3
+    sampled = [evaluate_checkpoint(ckpt, decode={"sample": True, "top_k": 3, "seed": s}, meteor=False)[1]
+               for s in (5, 5, 6)]
+    assert sampled[0] == sampled[1] and sampled[0] != sampled[2]
+    Image.new("RGB", (64, 64), (200, 30, 40)).save(tmp_path / "im.png")
+    proc = run("caption.py", f"checkpoint={ckpt}", f"image={tmp_path / 'im.png'}", "decode.beam_size=3",
+               "decode.n_best=2")
+    assert "  1. " in proc.stdout and "  2. " in proc.stdout and "log-prob" in proc.stdout
+
+
 def test_evaluate_and_caption_on_the_device_asked_for(run_dir, tmp_path):
     """device=auto is the GPU when there is one (as training), else the CPU: on a CPU machine
     auto and cpu give the same captions; with a GPU, both run (the predictions of cuda may differ

@@ -29,6 +29,7 @@ from ..models.captioner import build_captioner
 from ..models.encoder import ENCODERS, PRECISIONS, encoder_dim, find_weights
 from ..models.refiner import REFINERS
 from ..paths import conf_dir
+from ..predict import DECODE_DEFAULTS, decode_problems
 from ..provenance import flatten, get_dotted
 from ..visualize import SCALES
 from .precision import TRAIN_PRECISIONS
@@ -166,6 +167,12 @@ RULES = [
     ("decode.max_len", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
     ("decode.alpha", lambda v: v >= 0, ">= 0 (0 ranks by log-probability)"),
     ("decode.block_ngram", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0 (0 = off)"),
+    ("decode.min_len", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0 (0 = off)"),
+    ("decode.temperature", lambda v: v > 0, "> 0 (greedy is decode.beam_size=1)"),
+    ("decode.top_k", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0 (0 = no cut)"),
+    ("decode.top_p", lambda v: 0 < v <= 1, "in (0, 1] (1.0 = no cut)"),
+    ("decode.seed", lambda v: isinstance(v, int), "an integer"),
+    ("decode.n_best", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
     ("trainer.max_epochs", lambda v: isinstance(v, int) and v >= 1,
      "an integer >= 1 (the one-cycle schedule needs a finite length; -1 = endless is not offered)"),
     ("trainer.nan_policy", lambda v: v in ("stop", "skip"), "stop or skip"),
@@ -282,6 +289,7 @@ def bad_values(cfg: dict) -> list[str]:
         if not good:
             problems.append(f"{key}={value!r}: must be {must}")
     problems += scst_problems(cfg)
+    problems += decode_problems({**DECODE_DEFAULTS, **(cfg.get("decode") or {})})
     enc = cfg.get("encoder") or {}
     if enc.get("name") in ENCODERS:
         width = encoder_dim(enc["name"])

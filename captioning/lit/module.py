@@ -24,7 +24,7 @@ from ..models.attention import (
 )
 from ..models.captioner import build_captioner
 from ..models.losses import cross_entropy
-from ..predict import caption_features, greedy
+from ..predict import caption_features, decode_generator, greedy
 from .scst import SelfCritical, training_references
 
 
@@ -152,7 +152,8 @@ class CaptioningModule(pl.LightningModule):
         attention = self.model.decoder.attention
         if hasattr(attention, "pop_gate"):
             attention.pop_gate()  # forget training's gates: report this batch's decoding only
-        captions = caption_features(self.model, self.vocab, self._raw_features(batch), settings)
+        captions = caption_features(self.model, self.vocab, self._raw_features(batch), settings,
+                                    getattr(self, "_generator", None) if settings.get("sample") else None)
         steps = torch.cat([c.steps for c in captions])  # (every decoding step, N)
         # Per image: the sums of its steps' entropy/max/min. Averaging these sums after the
         # outputs of every process are gathered and de-duplicated gives exactly the
@@ -226,6 +227,10 @@ class CaptioningModule(pl.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         self._score("val")
+
+    def on_test_epoch_start(self) -> None:
+        # decode.sample: one seeded stream for the whole pass (the same captions every time)
+        self._generator = decode_generator(self.cfg["decode"], self.device)
 
     def test_step(self, batch: dict, batch_idx: int) -> None:
         self._decode(batch, self.cfg["decode"])

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .decoding import blocked_ngrams
+from .decoding import constrain
 
 
 @dataclass
@@ -40,12 +40,16 @@ def beam_search(
     n_best: int = 1,
     mask: torch.Tensor | None = None,
     banned: tuple[int, ...] = (),
+    min_len: int = 0,
 ) -> list[list[Hypothesis]]:
-    """features (B, N, D) -> per image the n_best hypotheses, best first.
+    """features (B, N, D) -> per image the n_best hypotheses (n_best <= beam_size), best first.
 
-    `banned` token ids (e.g. <pad>, <bos>) are never generated; `block_ngram` = n forbids
-    repeating any n-gram within a hypothesis.
+    The step rules (decoding.constrain): `banned` token ids (e.g. <pad>, <bos>) are never
+    generated, `block_ngram` = n forbids repeating any n-gram within a hypothesis, no <eos>
+    before min_len words.
     """
+    if not 1 <= n_best <= beam_size:
+        raise ValueError(f"decode.n_best={n_best}: must be between 1 and decode.beam_size={beam_size}")
     b, k = features.shape[0], beam_size
     device = features.device
     prepared = decoder.prepare(features, mask)  # (B, ...) once per image, never per beam
@@ -64,10 +68,7 @@ def beam_search(
         logits = logits.float()  # (R, V)
         vocab = logits.shape[-1]
         lse = logits.logsumexp(-1, keepdim=True)  # (R, 1): log-probs are logits - lse
-        if banned:
-            logits[:, list(banned)] = float("-inf")
-        if block_ngram:
-            logits = logits.masked_fill(blocked_ngrams(seqs, block_ngram, vocab), float("-inf"))
+        logits = constrain(logits, seqs, t, eos, banned, block_ngram, min_len)
         attn = w.unsqueeze(1) if attn is None else torch.cat([attn, w.unsqueeze(1)], 1)
         # The best 2k of an image's k * V candidates lie among each beam's own best 2k tokens:
         # select per row first, so the full (R, V) log-prob table is never built.

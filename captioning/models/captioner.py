@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .beam import beam_search
+from .beam import Hypothesis, beam_search
 from .decoders import build_decoder
 from .decoding import greedy_decode, sample_decode
 from .encoder import TunableEncoder, build_tunable_encoder, encoder_dim
@@ -68,14 +68,30 @@ class Captioner(nn.Module):
         max_len: int = 30,
         alpha: float = 0.0,
         block_ngram: int = 0,
+        min_len: int = 0,
+        sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        generator: torch.Generator | None = None,
     ) -> tuple[list[list[int]], list[torch.Tensor]]:
         """Raw features (B, N, C) -> per image the token ids (without <bos>, up to and including
-        <eos>) and their attention weights (len, N). beam_size 1 is greedy, >1 batched beam
-        search (alpha: GNMT length penalty); block_ngram: no repeated n-grams in either."""
+        <eos>) and their attention weights (len, N): sampled (sample=true: temperature, top_k,
+        top_p; `generator`, else one seeded with `seed`), greedy (beam_size 1) or the best of a
+        batched beam search (alpha: GNMT length penalty; more than the best: generate_nbest). Every path
+        applies the same step rules: never <pad> or <bos>, block_ngram, min_len."""
         features = self.features(raw_features)  # (B, N, D)
-        if beam_size == 1:
-            tokens, weights = greedy_decode(self.decoder, features, bos, eos, max_len,
-                                            block_ngram=block_ngram)
+        rules = {"banned": (pad, bos), "block_ngram": block_ngram, "min_len": min_len}
+        if sample or beam_size == 1:
+            if sample:
+                if generator is None:
+                    generator = torch.Generator(features.device).manual_seed(seed)
+                tokens, weights = sample_decode(self.decoder, features, bos, eos, 1, max_len,
+                                                temperature=temperature, top_k=top_k, top_p=top_p,
+                                                generator=generator, **rules)
+            else:
+                tokens, weights = greedy_decode(self.decoder, features, bos, eos, max_len, **rules)
             ids, out = [], []
             # One host copy for the whole batch: the cut at <eos> is Python list work.
             for row, w in zip(tokens.tolist(), weights):
@@ -83,16 +99,26 @@ class Captioner(nn.Module):
                 ids.append(row[:n])
                 out.append(w[:n])
             return ids, out
-        hyps = beam_search(self.decoder, features, bos, eos, beam_size, max_len, alpha=alpha,
-                           block_ngram=block_ngram, banned=(pad, bos))
+        hyps = self.generate_nbest(raw_features, bos, eos, pad, beam_size, max_len, alpha, 1,
+                                   block_ngram=block_ngram, min_len=min_len)
         return [h[0].tokens for h in hyps], [h[0].weights for h in hyps]
+
+    @torch.no_grad()
+    def generate_nbest(self, raw_features: torch.Tensor, bos: int, eos: int, pad: int,
+                       beam_size: int = 5, max_len: int = 30, alpha: float = 0.0, n_best: int = 1,
+                       block_ngram: int = 0, min_len: int = 0) -> list[list[Hypothesis]]:
+        """Raw features (B, N, C) -> per image beam search's n_best hypotheses, best first
+        (tokens, length-penalised score, log-probability, attention)."""
+        return beam_search(self.decoder, self.features(raw_features), bos, eos, beam_size, max_len,
+                           alpha=alpha, block_ngram=block_ngram, n_best=n_best, banned=(pad, bos),
+                           min_len=min_len)
 
     @torch.no_grad()
     def sample(self, raw_features: torch.Tensor, bos: int, eos: int, k: int, max_len: int = 30,
                banned: tuple[int, ...] = ()) -> torch.Tensor:
         """Raw features (B, N, C) -> (B*K, L) token ids, K sampled captions per image
         (image-major, eos-padded; decoding.sample_decode). Self-critical training draws these."""
-        return sample_decode(self.decoder, self.features(raw_features), bos, eos, k, max_len, banned)
+        return sample_decode(self.decoder, self.features(raw_features), bos, eos, k, max_len, banned)[0]
 
 
 def build_captioner(cfg: dict, vocab_size: int) -> Captioner:
