@@ -107,3 +107,38 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> tuple[Captio
     model = build_captioner(cfg, len(vocab))
     model.load_state_dict(model_state(ckpt))
     return model.eval(), Vocabulary(vocab), cfg
+
+
+# What a model's raw features depend on: members of an ensemble must agree on all of it, since
+# they are decoded from one batch of features.
+FEATURE_KEYS = ("name", "pretrained", "weights_path", "init_seed", "image_size", "finetune")
+
+
+def load_ensemble(paths: list[str | Path], map_location: str = "cpu") -> tuple[Captioner, Vocabulary, dict]:
+    """(models.ensemble.Ensemble of the checkpoints, the shared vocabulary, the first one's
+    config). One path: that model itself. Members must share the vocabulary and the feature
+    setting (FEATURE_KEYS of `encoder`, and data.blind): a UserError names the checkpoint and
+    the setting that differs."""
+    from .models.ensemble import Ensemble
+
+    if len(paths) == 1:
+        return load_checkpoint(paths[0], map_location)
+    loaded = [load_checkpoint(p, map_location) for p in paths]
+    _, vocab, cfg = loaded[0]
+    for path, (model, other_vocab, other) in zip(paths[1:], loaded[1:]):
+        if other_vocab.itos != vocab.itos:
+            raise UserError(f"ensemble: {path} has another vocabulary than {paths[0]} "
+                             f"({len(other_vocab)} against {len(vocab)} words): members must be "
+                             "trained on the same data and vocabulary")
+        for key in FEATURE_KEYS:
+            if other["encoder"].get(key) != cfg["encoder"].get(key):
+                raise UserError(f"ensemble: {path} has encoder.{key}={other['encoder'].get(key)!r}, "
+                                 f"{paths[0]} has {cfg['encoder'].get(key)!r}: members are decoded "
+                                 "from the same features, so their feature settings must agree")
+        if bool(other["data"].get("blind")) != bool(cfg["data"].get("blind")):
+            raise UserError(f"ensemble: {path} and {paths[0]} differ in data.blind")
+        if other["encoder"].get("finetune"):
+            raise UserError(f"ensemble: {path} fine-tuned its encoder (encoder.finetune=true): its "
+                            "features are its own, not the frozen store's; ensembles take "
+                            "frozen-encoder runs")
+    return Ensemble([m for m, _, _ in loaded]).eval(), vocab, cfg

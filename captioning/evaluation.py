@@ -17,7 +17,7 @@ from .predict import Caption, Predictor
 
 
 def evaluate_checkpoint(
-    checkpoint: str | Path,
+    checkpoint: str | Path | list,
     split: str = "test",
     decode: dict | None = None,
     data_overrides: dict | None = None,
@@ -51,7 +51,7 @@ def evaluate_checkpoint(
         {
             "images_per_s": len(records) / seconds,
             "num_images": len(records),
-            "checkpoint": str(checkpoint),
+            "checkpoint": [str(c) for c in checkpoint] if isinstance(checkpoint, list) else str(checkpoint),
             "device": str(predictor.device),
             **{f"decode/{k}": v for k, v in predictor.decode.items()},
         }
@@ -72,7 +72,7 @@ def _check_unseen(records: list, train_cfg: dict, split: str) -> None:
 
 
 def decode_split(
-    checkpoint: str | Path,
+    checkpoint: str | Path | list,
     split: str = "test",
     decode: dict | None = None,
     data_overrides: dict | None = None,

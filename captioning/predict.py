@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import load_checkpoint
+from .checkpoint import load_ensemble
 from .cpu import configure_cpu
 from .data.features import resolve_device
 from .data.vocab import Vocabulary
@@ -107,13 +107,16 @@ class Predictor:
     device: torch.device
 
     @classmethod
-    def load(cls, checkpoint: str | Path, decode: dict | None = None,
+    def load(cls, checkpoint: str | Path | list, decode: dict | None = None,
              device: str = "auto") -> Predictor:
-        """`decode` entries that are not None override the checkpoint's own settings; `device`:
-        auto (the GPU when there is one, as training), cpu, cuda or cuda:N."""
+        """`checkpoint`: one file, or several (an ensemble: their per-step log-probabilities
+        averaged; the first one's decode settings); `decode` entries that are not None override
+        the checkpoint's own settings; `device`: auto (the GPU when there is one, as training),
+        cpu, cuda or cuda:N."""
         where = resolve_device(device)  # a bad name fails before the checkpoint is read
         configure_cpu()  # decoding a trained model is full of them too
-        model, vocab, cfg = load_checkpoint(checkpoint)
+        paths = [checkpoint] if isinstance(checkpoint, (str, Path)) else list(checkpoint)
+        model, vocab, cfg = load_ensemble(paths)
         return cls(model.to(where), vocab, cfg, decode_settings(cfg["decode"], decode), where)
 
     def __post_init__(self) -> None:

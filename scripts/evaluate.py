@@ -3,6 +3,8 @@ coco-caption scores side by side.
 
     python scripts/evaluate.py checkpoint=outputs/train/runs/<run>/checkpoints/best.ckpt \\
         split=test decode.beam_size=5 decode.alpha=0.5 device=auto
+    python scripts/evaluate.py 'checkpoint=[<run1>/checkpoints/best.ckpt,<run2>/checkpoints/best.ckpt]'
+        (an ensemble: per-step log-probabilities averaged, in greedy, beam and sampling)
 """
 
 import json
@@ -23,12 +25,17 @@ log = logging.getLogger("evaluate")
 @report_user_errors  # a bad checkpoint or path: one message, exit status 2
 def main(cfg: DictConfig) -> None:
     """Decode, score, write, print."""
+    # one checkpoint, or a list of them: an ensemble (checkpoint='[a.ckpt,b.ckpt]')
+    listed = OmegaConf.is_list(cfg.checkpoint)
+    checkpoints = OmegaConf.to_container(cfg.checkpoint) if listed else [cfg.checkpoint]
     metrics, predictions, tokenization = evaluate_checkpoint(
-        cfg.checkpoint, cfg.split, OmegaConf.to_container(cfg.decode),
+        checkpoints if len(checkpoints) > 1 else checkpoints[0], cfg.split,
+        OmegaConf.to_container(cfg.decode),
         OmegaConf.to_container(cfg.data), cfg.tokenizer, cfg.meteor, cfg.batch_size, cfg.device,
     )
     beam, alpha = metrics["decode/beam_size"], metrics["decode/alpha"]
-    default = Path(cfg.checkpoint).parent.parent / "eval" / f"{cfg.split}_beam{beam}_alpha{alpha}"
+    ensemble = f"_ensemble{len(checkpoints)}" if len(checkpoints) > 1 else ""
+    default = Path(checkpoints[0]).parent.parent / "eval" / f"{cfg.split}_beam{beam}_alpha{alpha}{ensemble}"
     out = Path(cfg.output_dir or default)
     out.mkdir(parents=True, exist_ok=True)
     nbest = [{"image_id": p["image_id"], "nbest": p.pop("nbest")} for p in predictions if "nbest" in p]

@@ -176,3 +176,56 @@ def test_training_tests_with_sampling_reproducibly(tiny_cfg, tmp_path):
     assert results[0]["val_curve"] == results[2]["val_curve"]
     preds = [json.loads((tmp_path / name / "predictions.json").read_text()) for name in ("a", "b", "greedy")]
     assert preds[0] == preds[1] and preds[0] != preds[2]
+
+
+def _tiny_captioner(seed: int, vocab: int = 9):
+    from captioning.models import Captioner, FeatureNormalizer, build_decoder
+
+    torch.manual_seed(seed)
+    dec = build_decoder({"name": "lstm", "embed_dim": 16, "hidden_dim": 16, "value_dim": 8}, vocab, 6,
+                        {"name": "additive", "attn_dim": 8}).eval()
+    with torch.no_grad():
+        dec.head.weight.mul_(6)  # distinct, confident models
+    norm = FeatureNormalizer(6, 6).set(torch.randn(6), torch.randn(6, 6))
+    return Captioner(dec, norm).eval()
+
+
+def test_an_ensemble_of_one_model_decodes_exactly_as_the_model():
+    from captioning.models.ensemble import Ensemble
+
+    model = _tiny_captioner(0)
+    raw = torch.randn(4, 3, 6) * 3
+    for settings in ({"beam_size": 1}, {"beam_size": 3, "alpha": 0.5}, {"beam_size": 1, "min_len": 2}):
+        ids, weights = model.generate(raw, BOS, EOS, PAD, max_len=7, **settings)
+        ids_e, weights_e = Ensemble([model]).generate(raw, BOS, EOS, PAD, max_len=7, **settings)
+        assert ids_e == ids
+        assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(weights, weights_e))
+
+
+def test_an_ensemble_of_two_averages_log_probabilities_step_by_step():
+    """Greedy decoding of the ensemble = by hand: each model steps on its own normalised
+    features, the mean of the two log-softmaxes (pad and bos banned) picks the next word."""
+    from captioning.models.ensemble import Ensemble
+
+    a, b = _tiny_captioner(0), _tiny_captioner(1)
+    raw = torch.randn(3, 3, 6) * 3
+    got, _ = Ensemble([a, b]).generate(raw, BOS, EOS, PAD, max_len=6)
+    with torch.no_grad():
+        states, prev = [], torch.full((3,), BOS)
+        for m in (a, b):
+            f = m.features(raw)
+            states.append(m.decoder.init_state(m.decoder.prepare(f), f))
+        rows = [[] for _ in range(3)]
+        for _ in range(6):
+            mean = 0
+            for k, m in enumerate((a, b)):
+                logits, states[k], _ = m.decoder.step(prev, states[k])
+                mean = mean + logits.log_softmax(-1) / 2
+            mean[:, [PAD, BOS]] = -math.inf
+            prev = mean.argmax(-1)
+            for r in range(3):
+                if not rows[r] or rows[r][-1] != EOS:
+                    rows[r].append(int(prev[r]))
+    assert got == rows
+    alone = [a.generate(raw, BOS, EOS, PAD, max_len=6)[0], b.generate(raw, BOS, EOS, PAD, max_len=6)[0]]
+    assert got not in alone  # the average is neither model (else the test shows nothing)

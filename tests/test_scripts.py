@@ -119,6 +119,27 @@ def test_evaluate_writes_n_best_lists_and_samples_with_a_seed(run_dir, tmp_path)
     assert "  1. " in proc.stdout and "  2. " in proc.stdout and "log-prob" in proc.stdout
 
 
+def test_evaluate_an_ensemble_and_refuse_members_that_do_not_fit(run_dir, tmp_path):
+    """evaluate.py 'checkpoint=[a,b]': two copies of one model decode as the model does (the
+    mean of equal log-probabilities); a member with another vocabulary or another feature
+    setting is refused by name before any decoding."""
+    from captioning.checkpoint import read_checkpoint
+
+    ckpt = run_dir / "checkpoints" / "best.ckpt"
+    one = json.loads((run_dir / "predictions.json").read_text())
+    run("evaluate.py", f"checkpoint=[{ckpt},{ckpt}]", f"output_dir={tmp_path / 'ens'}", "meteor=false")
+    assert json.loads((tmp_path / "ens" / "predictions.json").read_text()) == one
+    for name, change, says in (
+            ("vocab", lambda hp: hp["vocab"].__setitem__(-1, "zebra"), "another vocabulary"),
+            ("size", lambda hp: hp["cfg"]["encoder"].update(image_size=96), "encoder.image_size=96")):
+        ck = read_checkpoint(ckpt)
+        change(ck["hyper_parameters"])
+        torch.save(ck, tmp_path / f"{name}.ckpt")
+        proc = run("evaluate.py", f"checkpoint=[{ckpt},{tmp_path / f'{name}.ckpt'}]", "meteor=false",
+                   check=False)
+        assert proc.returncode == 2 and says in proc.stderr + proc.stdout, proc.stderr[-2000:]
+
+
 def test_evaluate_and_caption_on_the_device_asked_for(run_dir, tmp_path):
     """device=auto is the GPU when there is one (as training), else the CPU: on a CPU machine
     auto and cpu give the same captions; with a GPU, both run (the predictions of cuda may differ
