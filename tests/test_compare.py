@@ -293,6 +293,10 @@ def test_cells_named_by_an_older_hash_rule_are_adopted_not_retrained(tmp_path, m
     other = _legacy_cell(tmp_path, changed, config_hash(changed), committed=committed)
     rerun = tmp_path / "verify" / legacy.name  # its reproducibility rerun, named after it
     rerun.mkdir(parents=True)
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    # A report (finished) finds it where it is and changes nothing on disk: reads do not write.
+    assert GridRunner(fake.compose, [], tmp_path, DIMS).finished([cell]) == {cell: legacy}
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
     dirs = GridRunner(fake.compose, [], tmp_path, DIMS).run([cell, Cell("lstm", "matched", "additive", 0)])
     assert not legacy.exists() and (dirs[cell] / "results.json").is_file()  # renamed, kept
     assert not rerun.exists() and (tmp_path / "verify" / dirs[cell].name).is_dir()  # and its rerun

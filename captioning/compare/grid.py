@@ -100,10 +100,10 @@ def rate_for(rates: dict[str, float], cell: Cell) -> float:
 CELL_CONFIG = "cell.json"  # a cell's hashed config, flat: committed with its results
 
 
-def cell_config(out: Path) -> dict | None:
+def cell_config(out: Path, save: bool = False) -> dict | None:
     """A finished cell's hashed config (provenance.hashed_view): from cell.json (committed, so a
     fresh clone can adopt cells after the config gained keys), else from its checkpoint (and
-    then written to cell.json)."""
+    then, with `save`, written to cell.json)."""
     saved = out / CELL_CONFIG
     if saved.is_file():
         return json.loads(saved.read_text())
@@ -116,7 +116,8 @@ def cell_config(out: Path) -> dict | None:
         log.warning("grid: cannot read %s (%s); not adopted", ckpts[0], err)
         return None
     view = hashed_view(cfg)
-    saved.write_text(json.dumps(view, indent=1, sort_keys=True, default=str))
+    if save:
+        saved.write_text(json.dumps(view, indent=1, sort_keys=True, default=str))
     return view
 
 
@@ -133,7 +134,10 @@ class GridRunner:
         self._legacy: dict[Path, dict] | None = None
         self._warned: set[Path] = set()
 
-    def config(self, cell: Cell, output_dir: Path | None = None) -> tuple[DictConfig, Path]:
+    def config(self, cell: Cell, output_dir: Path | None = None,
+               adopt: bool = True) -> tuple[DictConfig, Path]:
+        """The cell's train config and its directory; `adopt`: a legacy cell that is this run is
+        renamed to today's hash (training does it; a report reads it where it is)."""
         cfg = self.compose(self.overrides + cell.overrides(self.dims, self.decoders))
         with open_dict(cfg):
             cfg.paths.output_dir = "unset"  # paths are not hashed; resolvable without Hydra
@@ -141,7 +145,7 @@ class GridRunner:
         plain.pop("hydra", None)
         out = output_dir or self.root / "cells" / config_hash(plain)
         if output_dir is None and not out.exists():
-            out = self._shared(out) or self._adopt_legacy(plain, out) or out
+            out = self._shared(out) or self._adopt_legacy(plain, out, adopt) or out
         with open_dict(cfg):
             cfg.paths.output_dir = str(out)
         return cfg, out
@@ -170,11 +174,11 @@ class GridRunner:
                     self._legacy[cell.parent] = flatten(view)
         return self._legacy
 
-    def _adopt_legacy(self, plain: dict, out: Path) -> Path | None:
+    def _adopt_legacy(self, plain: dict, out: Path, rename: bool = True) -> Path | None:
         """Rename a legacy cell (here or in a shared root, where it stays) to today's hash when
         it is this config's run: every key it has equals this config's (keys added to the
         config since it ran are taken to keep their old behaviour, as every new key must by
-        default). -> its new directory, or None."""
+        default). With rename=False the cell is found, not renamed. -> its directory, or None."""
         want = flatten(hashed_view(plain))
         # A content-hashed file absent here (a fresh clone has no trained-encoder weights file)
         # cannot be compared: such a cell is matched on the rest and used, never renamed.
@@ -189,6 +193,8 @@ class GridRunner:
                     log.warning("grid: %s absent here; %s matched on the rest of its config (it "
                                 "ran with %s)", missing, cell,
                                 ", ".join(str(old[k]) for k in absent if k in old))
+                return cell
+            if not rename:  # a report reads the cell where it is
                 return cell
             new = cell.parent / out.name
             cell.rename(new)
@@ -207,13 +213,15 @@ class GridRunner:
         """A `mixed` cell is by construction the cell of the mode it picks: that one is run."""
         if cell.attention != "mixed":
             return cell
-        cfg, _ = self.config(cell)
+        cfg, _ = self.config(cell, adopt=False)
         choice = resolved_attention(OmegaConf.to_container(cfg, resolve=True))
         return Cell(cell.decoder, cell.dims, choice, cell.seed, cell.lr)
 
     def finished(self, cells: list[Cell]) -> dict[Cell, Path]:
-        """Report only: {cell: its directory} for the cells that finished (here or shared)."""
-        return {c: d for c in cells if ((d := self.config(self.resolve(c))[1]) / "results.json").exists()}
+        """Report only: {cell: its directory} for the cells that finished (here or shared). A
+        query: it renames nothing, writes nothing."""
+        return {c: d for c in cells
+                if ((d := self.config(self.resolve(c), adopt=False)[1]) / "results.json").exists()}
 
     def run(self, cells: list[Cell], executor=None) -> dict[Cell, Path]:
         """Train every cell that has no results.json yet, here or as jobs of a submitit
@@ -231,7 +239,7 @@ class GridRunner:
                  len(cells), len(set(dirs.values())), done, len(todo))
         configs = []
         for out in {d for d in dirs.values() if (d / "results.json").exists()}:
-            cell_config(out)  # finished: make sure its cell.json exists (older grids lacked it)
+            cell_config(out, save=True)  # finished: make sure its cell.json exists (older grids lacked it)
         for k, cell in enumerate(todo, 1):
             cfg, out = self.config(cell)
             out.mkdir(parents=True, exist_ok=True)
