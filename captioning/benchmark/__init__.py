@@ -26,6 +26,7 @@ import torch
 
 from ..cpu import configure_cpu
 from ..models.precision import calibrated_dtype
+from ..provenance import cpu_kind, git_commit
 from .config import DTYPES, BenchConfig, config_fields
 from .report import markdown, ratios
 from .sections import bench_decode, bench_encoder, bench_train, matmul_peak
@@ -50,6 +51,8 @@ def run_benchmark(args: BenchConfig) -> dict:
         "threads": torch.get_num_threads(),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__, "default_precision": precision,
+        # where and when: a committed result (results/convergence/throughput.json) says itself
+        "machine": cpu_kind(), "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "peak": {}, "train": {}, "decode": {}, "encoder": {},
     }
     start = time.perf_counter()

@@ -16,7 +16,7 @@ import numpy as np
 from ..data.vocab import tokenize
 from ..metrics.stats import bleu_stats, bootstrap_bleu, percentile_interval, t_interval
 from .grid import Cell
-from .report import cell_provenance, provenance_markdown
+from .report import cell_provenance, provenance_markdown, throughput_markdown
 
 BEST = "best"  # the stage of best.ckpt; the others are snapshot epochs ("2", "5")
 CONTRASTS = (("additive", "dot"), ("additive", "scaled_dot"))
@@ -199,6 +199,7 @@ def convergence_markdown(report: dict) -> str:
     lines += ["", "### Provenance", "", "Each cell's own record (results.json): the commit it ran, "
               "its torch threads, the machine(s) it trained on, its training precision, the grid "
               "whose results root holds it.", "", *provenance_markdown(report["provenance"])]
+    lines += throughput_markdown(report.get("throughput") or {})
     lines += ["", f"Compute: {report['runs']} runs, {report['cpu_h']:.2f} CPU core-hours (each run's cpu_s)."]
     return "\n".join(lines) + "\n"
 

@@ -183,6 +183,22 @@ def build_report(
             "undertrained_margin": threshold}
 
 
+def throughput_markdown(tp: dict) -> list[str]:
+    """The benchmark's dot/additive ratios as report lines (none: no lines)."""
+    if not tp:
+        return []
+    lines = ["", "Training throughput, dot / additive (scripts/benchmark.py, one process, "
+             f"{tp.get('shapes', 'default shapes')}):", ""]
+    lines += [f"- {k}: {v:.2f}x" for k, v in tp.items() if k not in ("shapes", "device", "source")]
+    if tp.get("source"):
+        lines += ["", f"Measured by `scripts/benchmark.py`, its output committed: `{tp['source']}`."]
+    if not str(tp.get("device", "cpu")).startswith("cuda"):
+        # The claim's 1.7x is a V100 figure: a CPU ratio does not test it.
+        lines += ["", f"Measured on {tp.get('device', 'cpu')}; the GPU dot/additive ratio is not "
+                  "measured yet (`bash scripts/gpu_check.sh` on a GPU machine measures it)."]
+    return lines
+
+
 def build_markdown(report: dict) -> str:
     commits = report["commits"]
     combined = ("" if len(commits) == 1 else
@@ -266,15 +282,7 @@ def build_markdown(report: dict) -> str:
                             for m in ("additive", "dot")))
         lines += ["", f"No additive - dot difference for {u['decoder']} / {u['dims']}: no seed where "
                   f"both count. {seen}."]
-    tp = report["throughput"]
-    if tp:
-        lines += ["", "Training throughput, dot / additive (scripts/benchmark.py, one process, "
-                  f"{tp.get('shapes', 'default shapes')}):", ""]
-        lines += [f"- {k}: {v:.2f}x" for k, v in tp.items() if k not in ("shapes", "device")]
-        if not str(tp.get("device", "cpu")).startswith("cuda"):
-            # The claim's 1.7x is a V100 figure: a CPU ratio does not test it.
-            lines += ["", f"Measured on {tp.get('device', 'cpu')}; the GPU dot/additive ratio is not "
-                      "measured yet (`bash scripts/gpu_check.sh` on a GPU machine measures it)."]
+    lines += throughput_markdown(report["throughput"])
     if report["reruns"]:
         lines += ["", "Reproducibility (cells trained again from scratch, same seed):", "",
                   "| cell | BLEU-4 first | BLEU-4 again | difference |", "|---|---:|---:|---:|"]

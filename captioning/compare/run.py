@@ -29,7 +29,11 @@ def throughput(spec: dict) -> dict:
     """dot / additive training throughput from the benchmark (one process, same shapes)."""
     settings = BenchConfig(sections="train", modes="additive,dot", decoders=",".join(spec["decoders"]),
                            no_naive=True, **spec.get("benchmark_args", {}))
-    res = run_benchmark(settings)
+    return ratios_of(run_benchmark(settings))
+
+
+def ratios_of(res: dict) -> dict:
+    """The dot/additive ratios (and shapes, device) of a run_benchmark result."""
     c = res["config"]
     out = {"shapes": f"batch {c['batch']}, {c['grid']}x{c['grid']}x{c['feature_dim']} features, "
                      f"width {c['d_model']}, vocabulary {c['vocab']}, {res['threads']} threads",
@@ -39,11 +43,15 @@ def throughput(spec: dict) -> dict:
 
 
 def _throughput(spec: dict) -> dict:
-    """The benchmark's ratios: measured now, none, or (compare.throughput_from) those of an
-    earlier report.json, so that a committed report rebuilds exactly from committed files."""
+    """The benchmark's ratios: measured now, none, or (compare.throughput_from) read from a
+    committed file, so that a committed report rebuilds exactly from committed files: a
+    `scripts/benchmark.py --json` output (the measurement itself) or an earlier report.json."""
     source = spec.get("throughput_from")
     if source:
-        return json.loads(Path(source).read_text()).get("throughput", {})
+        data = json.loads(Path(source).read_text())
+        if "ratios" in data:  # scripts/benchmark.py --json: the measurement itself, committed
+            return {**ratios_of(data), "source": str(source)}
+        return data.get("throughput", {})  # a report.json: the ratios it showed
     return throughput(spec) if spec.get("benchmark", True) else {}
 
 
@@ -122,6 +130,7 @@ def _convergence(cfg: DictConfig, spec: dict, dirs: dict[Cell, Path], runner: Gr
     snapshots = list(cfg.checkpoint.get("snapshot_epochs") or [])
     report = convergence_report(dirs, _test_references(cfg), {**spec, "snapshot_epochs": snapshots},
                                 samples)
+    report["throughput"] = _throughput(spec)
     markdown = convergence_markdown(report)
     if spec.get("sweep"):
         sweep_cells = expand_grid({**spec, **spec["sweep"]})  # its lrs, dims and seeds
