@@ -739,3 +739,11 @@ def test_limits_keep_a_dims_or_a_decoder_to_fewer_cells():
     assert {c for c in cells if c.dims == "query"} == {Cell("lstm", "query", "dot", 0)}
     assert {(c.dims, c.seed) for c in cells if c.decoder == "transformer"} == {("wide", 0), ("wide", 1)}
     assert len(cells) == 2 * 3 * 2 + 1 + 2 * 2  # lstm matched+wide, lstm query, transformer wide
+
+
+def test_longest_wait_is_the_patience_a_run_needed():
+    from captioning.compare.convergence import longest_wait
+
+    curve = [{"val/bleu4": x} for x in (0.1, 0.3, 0.2, 0.25, 0.29, 0.31, 0.30, 0.2)]
+    assert longest_wait(curve) == 3  # three below 0.3, then 0.31; the trailing two never ended
+    assert longest_wait([]) == 0 and longest_wait([{"val/bleu4": 0.2}] * 4) == 0

@@ -51,6 +51,21 @@ class Cells:
         return self._stats[key]
 
 
+def longest_wait(curve: list[dict], monitor: str = "val/bleu4") -> int:
+    """The most validations in a row without a new best that were followed by one: how much
+    patience this run needed (early_stopping.patience must exceed it to have found its best)."""
+    best, wait, longest = None, 0, 0
+    for entry in curve:
+        score = entry.get(monitor)
+        if score is None:
+            continue
+        if best is None or score > best:
+            longest, best, wait = max(longest, wait), score, 0
+        else:
+            wait += 1
+    return longest
+
+
 def _group(dirs: dict[Cell, Path]) -> dict[tuple[str, str, str], dict[int, Cell]]:
     groups: dict[tuple, dict[int, Cell]] = defaultdict(dict)
     for cell in sorted(dirs):
@@ -100,6 +115,7 @@ def convergence_report(dirs: dict[Cell, Path], references: dict, spec: dict,
             if best_epochs else None,
             "epochs_trained": [r.get("epochs_trained") for r in res],
             "stopped_early": sum(r.get("stopped_early_after") is not None for r in res),
+            "longest_wait": max(longest_wait(r.get("val_curve", [])) for r in res),
             "capped": sum(r.get("stopped_early_after") is None for r in res),
         })
     gaps = []
@@ -162,10 +178,13 @@ def convergence_markdown(report: dict) -> str:
              "over seeds; 95% CI over seeds (t) and over test images (bootstrap, "
              f"{report['bootstrap_samples']} resamples); " + ", ".join(f"after {s} epochs" for s in snaps)
              + ": the same runs' snapshots, tested alike; best epoch: mean (range) of the epoch "
-             "best.ckpt is from; stopped: runs ended by early stopping / all.", "",
+             "best.ckpt is from; stopped: runs ended by early stopping / all; wait: the most "
+             "validations in a row without a new best that a new best still followed (over seeds; "
+             "early stopping's patience must exceed it).", "",
              "| decoder | dims | attention | lr | BLEU-4 | 95% CI seeds | 95% CI images | "
-             + " | ".join(f"after {s} ep" for s in snaps) + " | best epoch | stopped | attr acc | entropy |",
-             "|---|---|---|---:|---:|---:|---:|" + "---:|" * len(snaps) + "---:|---:|---:|---:|"]
+             + " | ".join(f"after {s} ep" for s in snaps)
+             + " | best epoch | stopped | wait | attr acc | entropy |",
+             "|---|---|---|---:|---:|---:|---:|" + "---:|" * len(snaps) + "---:|---:|---:|---:|---:|"]
     for r in report["rows"]:
         b, (lo, hi) = r["bleu4"], r["bleu4_boot"]
         seed_ci = "" if math.isnan(b["lo"]) else f"[{b['lo']:.3f}, {b['hi']:.3f}]"
@@ -174,7 +193,8 @@ def convergence_markdown(report: dict) -> str:
         lines.append(f"| {r['decoder']} | {r['dims']} | {r['attention']} | "
                      f"{', '.join(f'{x:g}' for x in r['lr']) or 'base'} | {_ci(b)} | {seed_ci} | "
                      f"[{lo:.3f}, {hi:.3f}] | " + " | ".join(_ci(r["at_epoch"][s]) for s in snaps)
-                     + f" | {epoch} | {r['stopped_early']}/{len(r['seeds'])} | {_ci(r['attr_acc'])} | "
+                     + f" | {epoch} | {r['stopped_early']}/{len(r['seeds'])} | {r['longest_wait']} | "
+                     f"{_ci(r['attr_acc'])} | "
                      f"{_ci(r['attn_entropy'], 2)} |")
     stage_names = [f"after {s} epochs" for s in snaps] + ["at convergence"]
     if report["gaps"]:
