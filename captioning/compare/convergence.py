@@ -66,6 +66,14 @@ def longest_wait(curve: list[dict], monitor: str = "val/bleu4") -> int:
     return longest
 
 
+def _peak_lr(out: Path) -> float:
+    """A cell's peak learning rate from its committed config (cell.json), for cells at the base
+    rate (Cell.lr 0)."""
+    saved = out / "cell.json"
+    view = json.loads(saved.read_text()) if saved.is_file() else {}
+    return float(((view.get("optim") or {}).get("optimizer") or {}).get("lr") or 0.0)
+
+
 def _group(dirs: dict[Cell, Path]) -> dict[tuple[str, str, str], dict[int, Cell]]:
     groups: dict[tuple, dict[int, Cell]] = defaultdict(dict)
     for cell in sorted(dirs):
@@ -105,7 +113,7 @@ def convergence_report(dirs: dict[Cell, Path], references: dict, spec: dict,
         boot = bootstrap_bleu([cells.per_image(c, BEST) for c in by_seed.values()], samples)
         rows.append({
             "decoder": decoder, "dims": dims, "attention": mode, "seeds": sorted(by_seed),
-            "lr": sorted({c.lr for c in by_seed.values()}),
+            "lr": sorted({c.lr or _peak_lr(dirs[c]) for c in by_seed.values()}),
             "bleu4": t_interval([r["test/bleu4"] for r in res]), "bleu4_boot": percentile_interval(boot),
             "at_epoch": {s: t_interval([x for c in by_seed.values() if (x := cells.score(c, s)) is not None])
                          for s in stages if s != BEST},
