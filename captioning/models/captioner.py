@@ -74,13 +74,16 @@ class Captioner(nn.Module):
         top_k: int = 0,
         top_p: float = 1.0,
         seed: int = 0,
+        n_best: int = 1,
         generator: torch.Generator | None = None,
     ) -> tuple[list[list[int]], list[torch.Tensor]]:
         """Raw features (B, N, C) -> per image the token ids (without <bos>, up to and including
         <eos>) and their attention weights (len, N): sampled (sample=true: temperature, top_k,
         top_p; `generator`, else one seeded with `seed`), greedy (beam_size 1) or the best of a
-        batched beam search (alpha: GNMT length penalty; more than the best: generate_nbest). Every path
-        applies the same step rules: never <pad> or <bos>, block_ngram, min_len."""
+        batched beam search (alpha: GNMT length penalty). The best caption only, whatever n_best
+        (accepted so that a run's whole `decode` config can be passed): the list is
+        generate_nbest's. Every path applies the same step rules: never <pad> or <bos>,
+        block_ngram, min_len."""
         features = self.features(raw_features)  # (B, N, D)
         rules = {"banned": (pad, bos), "block_ngram": block_ngram, "min_len": min_len}
         if sample or beam_size == 1:
