@@ -20,11 +20,12 @@ def _decoder(name="lstm", vocab=5):
     return dec
 
 
-def _exhaustive(dec, feats, max_len, alpha):
-    """Best over every sequence of non-special tokens ending in <eos> or cut at max_len."""
+def all_scored(dec, feats, max_len, alpha):
+    """Every sequence of non-special tokens ending in <eos> or cut at max_len, scored by hand
+    (summed log-probabilities / the length penalty), best first."""
     vocab = dec.head.out_features
     words = [w for w in range(vocab) if w not in (PAD, BOS)]
-    best = (float("-inf"), None)
+    out = []
     for length in range(1, max_len + 1):
         for seq in itertools.product(words, repeat=length):
             if EOS in seq[:-1] or (seq[-1] != EOS and length < max_len):
@@ -35,10 +36,13 @@ def _exhaustive(dec, feats, max_len, alpha):
                 logits, state, _ = dec.step(tok, state)
                 logprob += torch.log_softmax(logits, -1)[0, w].item()
                 tok = torch.tensor([w])
-            score = logprob / length_penalty(length, alpha)
-            if score > best[0]:
-                best = (score, list(seq))
-    return best
+            out.append((logprob / length_penalty(length, alpha), list(seq)))
+    return sorted(out, key=lambda x: -x[0])
+
+
+def _exhaustive(dec, feats, max_len, alpha):
+    """Best over every sequence (all_scored's first)."""
+    return all_scored(dec, feats, max_len, alpha)[0]
 
 
 @pytest.mark.parametrize("decoder", ["lstm", "transformer"])

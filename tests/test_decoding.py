@@ -3,16 +3,15 @@ top-p, seeded) draws from exactly the renormalised allowed set; beam search's n-
 exhaustive search's top n; a minimum length and n-gram blocking hold in greedy, beam and
 sampling; the settings that contradict each other are refused by name."""
 
-import itertools
 import math
 
 import pytest
 import torch
 
-from captioning.models.beam import beam_search, length_penalty
+from captioning.models.beam import beam_search
 from captioning.models.decoding import greedy_decode, sample_decode, sampling_distribution
 from captioning.predict import decode_settings
-from tests.test_beam import BOS, EOS, PAD, _decoder
+from tests.test_beam import BOS, EOS, PAD, _decoder, all_scored
 
 
 class FixedDecoder:
@@ -85,31 +84,12 @@ def test_sampling_is_seeded():
     assert not torch.equal(_first_tokens(seed=3, n=500), _first_tokens(seed=4, n=500))
 
 
-def _all_scored(dec, feats, max_len, alpha):
-    """Every sequence of non-special tokens ending in <eos> or cut at max_len, scored by hand."""
-    vocab = dec.head.out_features
-    words = [w for w in range(vocab) if w not in (PAD, BOS)]
-    out = []
-    for length in range(1, max_len + 1):
-        for seq in itertools.product(words, repeat=length):
-            if EOS in seq[:-1] or (seq[-1] != EOS and length < max_len):
-                continue
-            state = dec.init_state(dec.prepare(feats), feats)
-            tok, logprob = torch.tensor([BOS]), 0.0
-            for w in seq:
-                logits, state, _ = dec.step(tok, state)
-                logprob += torch.log_softmax(logits, -1)[0, w].item()
-                tok = torch.tensor([w])
-            out.append((logprob / length_penalty(length, alpha), list(seq)))
-    return sorted(out, key=lambda x: -x[0])
-
-
 @pytest.mark.parametrize("decoder", ["lstm", "transformer"])
 @pytest.mark.parametrize("alpha", [0.0, 0.8])
 def test_the_n_best_list_is_exhaustive_searchs_top_n(decoder, alpha):
     dec = _decoder(decoder)
     feats = torch.randn(1, 4, 6, generator=torch.Generator().manual_seed(1))
-    want = _all_scored(dec, feats, max_len=4, alpha=alpha)[:5]
+    want = all_scored(dec, feats, max_len=4, alpha=alpha)[:5]
     got = beam_search(dec, feats, BOS, EOS, beam_size=27, max_len=4, alpha=alpha, n_best=5,
                       banned=(PAD, BOS))[0]
     assert [h.tokens for h in got] == [seq for _, seq in want]

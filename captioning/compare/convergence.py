@@ -204,32 +204,40 @@ def convergence_markdown(report: dict) -> str:
                      + f" | {epoch} | {r['stopped_early']}/{len(r['seeds'])} | {r['longest_wait']} | "
                      f"{_ci(r['attr_acc'])} | "
                      f"{_ci(r['attn_entropy'], 2)} |")
-    stage_names = [f"after {s} epochs" for s in snaps] + ["at convergence"]
+    stages = report["stages"]
     if report["gaps"]:
-        lines += ["", "### The gap after a fixed budget and at convergence", "",
-                  "BLEU-4 difference, paired by seed: mean [95% CI over seeds] / [95% CI over test "
-                  "images]; bold: both exclude zero.", "",
-                  "| decoder | dims | difference | seeds | " + " | ".join(stage_names) + " |",
-                  "|---|---|---|---:|" + "---:|" * len(stage_names)]
-        for g in report["gaps"]:
-            lines.append(f"| {g['decoder']} | {g['dims']} | {g['a']} − {g['b']} | {len(g['seeds'])} | "
-                         + " | ".join(_diff(g["stages"][s]) for s in report["stages"]) + " |")
+        lines += _stage_table(
+            "The gap after a fixed budget and at convergence",
+            "BLEU-4 difference, paired by seed: mean [95% CI over seeds] / [95% CI over test "
+            "images]; bold: both exclude zero.", ["decoder", "dims", "difference", "seeds"],
+            [([g["decoder"], g["dims"], f"{g['a']} − {g['b']}", str(len(g["seeds"]))], g["stages"])
+             for g in report["gaps"]], stages)
     if report["interactions"]:
-        lines += ["", "### Width x mode: does the mismatch change the gap?", "",
-                  "(gap at 2048-d whitened) − (gap at 512-d whitened), the same features but for "
-                  "the width, paired by seed: mean [95% CI over seeds] / [95% CI over test images]. "
-                  "Positive: the mode's advantage grows with the mismatch.", "",
-                  "| decoder | gap | seeds | " + " | ".join(stage_names) + " |",
-                  "|---|---|---:|" + "---:|" * len(stage_names)]
-        for i in report["interactions"]:
-            lines.append(f"| {i['decoder']} | {i['a']} − {i['b']} | {len(i['seeds'])} | "
-                         + " | ".join(_diff(i["stages"][s]) for s in report["stages"]) + " |")
+        lines += _stage_table(
+            "Width x mode: does the mismatch change the gap?",
+            "(gap at 2048-d whitened) − (gap at 512-d whitened), the same features but for the "
+            "width, paired by seed: mean [95% CI over seeds] / [95% CI over test images]. "
+            "Positive: the mode's advantage grows with the mismatch.", ["decoder", "gap", "seeds"],
+            [([i["decoder"], f"{i['a']} − {i['b']}", str(len(i["seeds"]))], i["stages"])
+             for i in report["interactions"]], stages)
     lines += ["", "### Provenance", "", "Each cell's own record (results.json): the commit it ran, "
               "its torch threads, the machine(s) it trained on, its training precision, the grid "
               "whose results root holds it.", "", *provenance_markdown(report["provenance"])]
     lines += throughput_markdown(report.get("throughput") or {})
     lines += ["", f"Compute: {report['runs']} runs, {report['cpu_h']:.2f} CPU core-hours (each run's cpu_s)."]
     return "\n".join(lines) + "\n"
+
+
+def _stage_table(title: str, about: str, heads: list[str], rows: list[tuple[list[str], dict]],
+                 stages: list[str]) -> list[str]:
+    """A table of paired differences: the row's own columns, then one per stage (snapshot
+    epochs, then convergence)."""
+    names = [f"after {s} epochs" if s != BEST else "at convergence" for s in stages]
+    lines = ["", f"### {title}", "", about, "", "| " + " | ".join(heads + names) + " |",
+             "|" + "---|" * (len(heads) - 1) + "---:|" * (1 + len(names))]
+    for cells, by_stage in rows:
+        lines.append("| " + " | ".join(cells + [_diff(by_stage[s]) for s in stages]) + " |")
+    return lines
 
 
 def save_curves(report: dict, out: Path) -> Path:
