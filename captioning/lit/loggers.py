@@ -4,9 +4,11 @@ otherwise, never fatal), TensorBoard and CSV, any number at once."""
 from __future__ import annotations
 
 import csv
+import json
 import logging
 import netrc
 import os
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlparse
@@ -144,3 +146,47 @@ def build_loggers(cfg: Mapping | None) -> list[Logger]:
         if logger is not None:
             loggers.append(logger)
     return loggers
+
+
+def finish_wandb(logger: WandbLogger, results: dict, out: Path, vocab: list[str],
+                  best: str) -> None:
+    """Final metrics into the run summary, the model artifact if asked, then close the run
+    (so the next train() in this process starts its own) and say how to sync it."""
+    import wandb
+
+    run = logger.experiment
+    run.summary.update(results)
+    if getattr(logger, "log_model_artifact", False):
+        (out / "vocab.json").write_text(json.dumps(vocab))
+        artifact = wandb.Artifact(f"model-{run.id}", type="model", metadata=results)
+        staged = stage_artifact(out / "artifacts" / artifact.name, {
+            "model.ckpt": Path(best or out / "checkpoints" / "last.ckpt"),
+            "vocab.json": out / "vocab.json", "results.json": out / "results.json"})
+        for name, path in staged.items():
+            # immutable: wandb uploads from our staged copy instead of copying it to its own
+            # staging dir in the home directory; skip_cache: and no second copy in ~/.cache
+            artifact.add_file(str(path), name=name, policy="immutable", skip_cache=True)
+        run.log_artifact(artifact, aliases=["best"])
+    offline = run.settings.mode == "offline"
+    hint = sync_hint(run) if offline else None
+    run.finish()
+    if hint:
+        log.info(hint)
+
+
+def stage_artifact(folder: Path, files: dict[str, Path]) -> dict[str, Path]:
+    """Freeze the artifact's files inside the run dir until wandb uploads them (at the end of an
+    online run, or at `wandb sync` of an offline one): hard links where the file system allows
+    (no extra disk: a resumed run replaces best.ckpt by a new file, the link keeps this one),
+    copies elsewhere. -> {name in the artifact: staged path}."""
+    folder.mkdir(parents=True, exist_ok=True)
+    staged = {}
+    for name, src in files.items():
+        dst = folder / name
+        dst.unlink(missing_ok=True)
+        try:
+            os.link(src, dst)
+        except OSError:  # another file system, or no hard links
+            shutil.copy2(src, dst)
+        staged[name] = dst
+    return staged

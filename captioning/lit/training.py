@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-import shutil
 import statistics
 import time
 import warnings
@@ -22,14 +20,14 @@ from pytorch_lightning.utilities import rank_zero_only
 
 from ..cpu import configure_cpu
 from ..models.attention import cross_attention_modules
-from ..models.captioner import resolved_attention
+from ..models.captioner import attention_choice
 from ..provenance import config_hash, cpu_kind, flatten, git_commit
 from .checkpointing import AtomicCheckpointIO, RNGState, checkpoint_callbacks, newest_checkpoint
 from .config_check import OWN_TRAINER_KEYS, check_config
 from .console import EpochLine, quiet_lightning, summary_table
 from .curve import EpochSnapshots, ValidationCurve, snapshot_path
 from .datamodule import CaptionDataModule
-from .loggers import build_loggers, run_labels, sync_hint
+from .loggers import build_loggers, finish_wandb, run_labels
 from .media import ValidationMedia
 from .mixed import BF16Mixed
 from .module import CaptioningModule
@@ -194,7 +192,7 @@ def train(cfg: DictConfig) -> dict:
                    for p in m.parameters()),
         attention_params=sum(p.numel() for m in cross for p in m.parameters()),
         # What `mixed` decided at construction (equals the name for every other mode).
-        attention_resolved=resolved_attention(plain),
+        attention_resolved=attention_choice(module.model, plain["attention"]["name"]),
         skipped_images=len(datamodule.data.skipped),
         skipped_image_files=[f"{path}: {why}" for path, why in datamodule.data.skipped],
         empty_captions=datamodule.data.empty_captions,
@@ -231,7 +229,7 @@ def train(cfg: DictConfig) -> dict:
                                      None if best_score is None else float(best_score)))
         for logger in loggers:
             if isinstance(logger, WandbLogger):
-                _finish_wandb(logger, results, out, module.vocab.itos,
+                finish_wandb(logger, results, out, module.vocab.itos,
                               best_checkpoint.best_model_path)
     return results
 
@@ -301,50 +299,6 @@ def _plain(cfg: DictConfig) -> dict:
     plain = OmegaConf.to_container(cfg, resolve=True)
     plain.pop("hydra", None)
     return plain
-
-
-def _finish_wandb(logger: WandbLogger, results: dict, out: Path, vocab: list[str],
-                  best: str) -> None:
-    """Final metrics into the run summary, the model artifact if asked, then close the run
-    (so the next train() in this process starts its own) and say how to sync it."""
-    import wandb
-
-    run = logger.experiment
-    run.summary.update(results)
-    if getattr(logger, "log_model_artifact", False):
-        (out / "vocab.json").write_text(json.dumps(vocab))
-        artifact = wandb.Artifact(f"model-{run.id}", type="model", metadata=results)
-        staged = _stage_artifact(out / "artifacts" / artifact.name, {
-            "model.ckpt": Path(best or out / "checkpoints" / "last.ckpt"),
-            "vocab.json": out / "vocab.json", "results.json": out / "results.json"})
-        for name, path in staged.items():
-            # immutable: wandb uploads from our staged copy instead of copying it to its own
-            # staging dir in the home directory; skip_cache: and no second copy in ~/.cache
-            artifact.add_file(str(path), name=name, policy="immutable", skip_cache=True)
-        run.log_artifact(artifact, aliases=["best"])
-    offline = run.settings.mode == "offline"
-    hint = sync_hint(run) if offline else None
-    run.finish()
-    if hint:
-        log.info(hint)
-
-
-def _stage_artifact(folder: Path, files: dict[str, Path]) -> dict[str, Path]:
-    """Freeze the artifact's files inside the run dir until wandb uploads them (at the end of an
-    online run, or at `wandb sync` of an offline one): hard links where the file system allows
-    (no extra disk: a resumed run replaces best.ckpt by a new file, the link keeps this one),
-    copies elsewhere. -> {name in the artifact: staged path}."""
-    folder.mkdir(parents=True, exist_ok=True)
-    staged = {}
-    for name, src in files.items():
-        dst = folder / name
-        dst.unlink(missing_ok=True)
-        try:
-            os.link(src, dst)
-        except OSError:  # another file system, or no hard links
-            shutil.copy2(src, dst)
-        staged[name] = dst
-    return staged
 
 
 def _device_name(device: torch.device) -> str | None:

@@ -140,4 +140,10 @@ def resolved_attention(cfg: dict) -> str:
     meta device, so asking costs no memory and no initialisation."""
     with torch.device("meta"):
         model = build_captioner(cfg, vocab_size=8)
-    return getattr(model.decoder.attention, "choice", cfg["attention"]["name"])
+    return attention_choice(model, cfg["attention"]["name"])
+
+
+def attention_choice(model: Captioner, name: str) -> str:
+    """The attention mode a built model of `attention=name` runs: `mixed` records what it chose
+    at construction, every other mode is itself."""
+    return getattr(model.decoder.attention, "choice", name)
