@@ -13,10 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data.vocab import tokenize
-from ..metrics.stats import bleu_stats, bootstrap_bleu, percentile_interval, t_interval
+from ..metrics.stats import bootstrap_bleu, percentile_interval, t_interval
 from .grid import Cell
-from .report import cell_provenance, provenance_markdown, throughput_markdown
+from .report import cell_provenance, image_stats, predicted, provenance_markdown, throughput_markdown
 
 BEST = "best"  # the stage of best.ckpt; the others are snapshot epochs ("2", "5")
 CONTRASTS = (("additive", "dot"), ("additive", "scaled_dot"))
@@ -43,11 +42,7 @@ class Cells:
         if key not in self._stats:
             name = "predictions.json" if stage == BEST else f"predictions_epoch{stage}.json"
             path = self.dirs[cell] / name
-            if not path.is_file():
-                self._stats[key] = None
-            else:
-                hyps = {p["image_id"]: tokenize(p["caption"]) for p in json.loads(path.read_text())}
-                self._stats[key] = np.stack([bleu_stats(hyps.get(i, []), self.refs[i]) for i in self.ids])
+            self._stats[key] = image_stats(predicted(path), self.refs, self.ids) if path.is_file() else None
         return self._stats[key]
 
 

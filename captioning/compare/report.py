@@ -17,10 +17,19 @@ from ..metrics.stats import bleu_stats, bootstrap_bleu, percentile_interval, t_i
 from .grid import BLIND, Cell
 
 
+def predicted(path: Path) -> dict:
+    """A predictions file -> {image_id: caption tokens}."""
+    return {p["image_id"]: tokenize(p["caption"]) for p in json.loads(path.read_text())}
+
+
+def image_stats(hyps: dict, references: dict, image_ids: list) -> np.ndarray:
+    """(M, 10) per-image BLEU statistics of captions {image_id: tokens}, rows = image_ids (an
+    image without a caption counts as an empty one)."""
+    return np.stack([bleu_stats(hyps.get(i, []), references[i]) for i in image_ids])
+
+
 def _load(out: Path) -> tuple[dict, dict]:
-    results = json.loads((out / "results.json").read_text())
-    preds = json.loads((out / "predictions.json").read_text())
-    return results, {p["image_id"]: tokenize(p["caption"]) for p in preds}
+    return json.loads((out / "results.json").read_text()), predicted(out / "predictions.json")
 
 
 UNDERTRAINED_KEYS = ("bleu4", "attr_acc", "attn_entropy")  # what an undertrained run shows
@@ -86,8 +95,7 @@ def build_report(
     def per_image(cell: Cell) -> np.ndarray:  # (M, 10), rows = image_ids
         out = dirs[cell]
         if out not in stats_cache:
-            hyps = runs[cell][1]
-            stats_cache[out] = np.stack([bleu_stats(hyps.get(i, []), references[i]) for i in image_ids])
+            stats_cache[out] = image_stats(runs[cell][1], references, image_ids)
         return stats_cache[out]
 
     blind = {(c.decoder, c.dims, c.seed): runs[c][0]["test/bleu4"] for c in runs if c.attention == BLIND}

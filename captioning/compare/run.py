@@ -112,15 +112,20 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
         report["sections"][name] = section
         markdown += f"\n## {name}\n\n{section['about']}\n\n{build_markdown(section)}"
         plots += save_plots(section, out, prefix=f"{name}_")
-    (out / "report.md").write_text(f"# {spec['name']}\n\n{markdown}")
-    (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
-    print(markdown)
-    log.info("report: %s (grid %.0f s)", out / "report.md", train_s)
+    _write_report(out, spec["name"], markdown, report, train_s)
     if "wandb" in (cfg.get("logger") or {}):
         _wandb_summary(cfg, spec, report, markdown, plots, out)
     if spec.get("gallery"):
         _gallery(spec["gallery"], runner, dirs, out / "gallery", spec.get("train", True))
     return out
+
+
+def _write_report(out: Path, title: str, markdown: str, report: dict, train_s: float) -> None:
+    """report.md (titled) and report.json into `out`; the markdown to the terminal."""
+    (out / "report.md").write_text(f"# {title}\n\n{markdown}")
+    (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
+    print(markdown)
+    log.info("report: %s (grid %.0f s)", out / "report.md", train_s)
 
 
 def _convergence(cfg: DictConfig, spec: dict, dirs: dict[Cell, Path], runner: GridRunner,
@@ -143,10 +148,7 @@ def _convergence(cfg: DictConfig, spec: dict, dirs: dict[Cell, Path], runner: Gr
     out = runner.root / time.strftime("%Y-%m-%d_%H-%M-%S")
     out.mkdir(parents=True, exist_ok=True)
     save_curves(report, out)
-    (out / "report.md").write_text(f"# {spec['name']}\n\n{markdown}")
-    (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
-    print(markdown)
-    log.info("report: %s (grid %.0f s)", out / "report.md", train_s)
+    _write_report(out, spec["name"], markdown, report, train_s)
     return out
 
 
@@ -157,10 +159,7 @@ def _sweep(spec: dict, dirs: dict[Cell, Path], root: Path, train_s: float) -> Pa
     out = root / f"sweep_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
     out.mkdir(parents=True, exist_ok=True)
     markdown = sweep_markdown(report, [float(lr) for lr in spec["lrs"]])
-    (out / "report.md").write_text(f"# {spec['name']}: learning-rate sweep\n\n{markdown}")
-    (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
-    print(markdown)
-    log.info("sweep report: %s (grid %.0f s)", out / "report.md", train_s)
+    _write_report(out, f"{spec['name']}: learning-rate sweep", markdown, report, train_s)
     return out
 
 

@@ -137,14 +137,14 @@ def train(cfg: DictConfig) -> dict:
     log.info("training precision: %s (%s)", trainer_cfg["precision"], precision_source)
     trainer = build_trainer(trainer_cfg, callbacks=callbacks, logger=loggers or False)
     wandb_ids = [lg.experiment.id for lg in loggers if isinstance(lg, WandbLogger)]
+    machines = [*run_info.get("machines", []), cpu_kind()]  # every machine a part of this run trained on
     if trainer.is_global_zero:
         write_run(out, {"config_hash": config_hash(plain),
                         "wandb_id": wandb_ids[0] if wandb_ids else run_info.get("wandb_id"),
                         "resumed": run_info.get("resumed", 0) + bool(resume_ckpt),
                         "train_precision": trainer_cfg["precision"],
                         "train_precision_source": precision_source,
-                        # every machine a part of this run trained on (a resume may move it)
-                        "machines": [*run_info.get("machines", []), cpu_kind()]})
+                        "machines": machines})
     # The whole resolved config, flat (every key filters in the UI), without Hydra's plumbing.
     hparams = {k: v for k, v in flatten({k: v for k, v in plain.items() if k != "logger"}).items()
                if not k.endswith(("._target_", "._partial_"))}
@@ -176,7 +176,7 @@ def train(cfg: DictConfig) -> dict:
         git_commit=commit,
         # Where it ran: results reproduce per CPU kind (bf16 on AMX), not across kinds.
         machine=cpu_kind(),
-        machines=read_run(out).get("machines", [cpu_kind()]),  # killed and resumed: each part's
+        machines=machines,  # killed and resumed: each part's
         # On a CPU the thread count splits float sums differently: the last digits reproduce
         # per CPU kind *and* thread count.
         threads=torch.get_num_threads(),
