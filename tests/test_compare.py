@@ -320,6 +320,39 @@ def test_a_cell_killed_mid_training_resumes_from_its_checkpoint(tmp_path, monkey
     assert resumed == [str(out), None]
 
 
+def test_a_cell_killed_under_an_older_config_is_adopted_and_resumed(tmp_path, monkeypatch):
+    """A cell killed mid-training before a `git pull` that added config keys: renamed to
+    today's hash and resumed from its checkpoint, not started again. While another process
+    (an older checkout's grid) holds its lock it is left where it is and not trained twice."""
+    from captioning.compare.lock import CellLock
+    from captioning.provenance import config_hash, hashed_view
+
+    fake = FakeRuns()
+    resumed = []
+    monkeypatch.setattr(grid_mod, "train", lambda cfg: (resumed.append(cfg.get("resume")),
+                                                        fake.train(cfg)))
+    cell = Cell("lstm", "matched", "dot", 0)
+    plain = OmegaConf.to_container(GridRunner(fake.compose, [], tmp_path, DIMS).config(cell)[0],
+                                   resolve=True)
+    old = {k: v for k, v in plain.items() if k != "seed"}  # "seed" did not exist back then
+    killed = tmp_path / "cells" / config_hash(old)
+    (killed / "checkpoints").mkdir(parents=True)
+    (killed / "checkpoints" / "last.ckpt").write_bytes(b"x")  # a checkpoint, no results
+    (killed / "cell.json").write_text(json.dumps(hashed_view(old)))
+
+    held = CellLock(killed)
+    assert held.try_take() is None  # the older checkout's lane is still training it
+    try:
+        dirs = GridRunner(fake.compose, [], tmp_path, DIMS).run([cell])
+        assert killed.is_dir() and dirs == {} and resumed == []  # left to its trainer
+    finally:
+        held.release()
+    dirs = GridRunner(fake.compose, [], tmp_path, DIMS).run([cell])
+    assert not killed.exists() and dirs[cell].name != killed.name
+    assert resumed == [str(dirs[cell])]  # resumed from the adopted checkpoint
+    assert (dirs[cell] / "checkpoints" / "last.ckpt").read_bytes() == b"x"
+
+
 def test_two_grids_over_one_root_never_train_a_cell_twice(tmp_path, monkeypatch, caplog):
     """Two lanes over one results root: a cell another process is training is skipped (and
     left out of this report), one it finished after this grid listed its work is not redone,

@@ -162,16 +162,21 @@ class GridRunner:
         return None
 
     def _legacy_cells(self) -> dict[Path, dict]:
-        """Finished cells -> their hashed config, flat: the candidates for a cell whose
-        directory (today's hash) does not exist, because the config gained keys or the hash
-        rule changed since they ran. Read once per runner."""
+        """Cells -> their hashed config, flat: the candidates for a cell whose directory
+        (today's hash) does not exist, because the config gained keys or the hash rule changed
+        since they ran. Finished cells here and in the shared roots, and cells of this root
+        killed mid-training (they have a checkpoint: adopted, they resume from it instead of
+        starting again). Read once per runner."""
         if self._legacy is None:
             self._legacy = {}
-            for cell in (c for root in (self.root, *self.shared)
-                         for c in sorted((root / "cells").glob("*/results.json"))):
-                view = cell_config(cell.parent)
+            finished = [c.parent for root in (self.root, *self.shared)
+                        for c in sorted((root / "cells").glob("*/results.json"))]
+            killed = sorted({c.parent.parent for c in (self.root / "cells").glob("*/checkpoints/*.ckpt")}
+                            - set(finished))
+            for cell in finished + killed:
+                view = cell_config(cell)
                 if view is not None:
-                    self._legacy[cell.parent] = flatten(view)
+                    self._legacy[cell] = flatten(view)
         return self._legacy
 
     def _adopt_legacy(self, plain: dict, out: Path, rename: bool = True) -> Path | None:
@@ -196,8 +201,16 @@ class GridRunner:
                 return cell
             if not rename:  # a report reads the cell where it is
                 return cell
+            lock = CellLock(cell)
+            if not (cell / "results.json").exists() and (holder := lock.try_take()) is not None:
+                # an older checkout's grid is training it: left there (run() skips it as busy)
+                log.warning("grid: %s is this run, being trained by %s; not renamed", cell, holder)
+                return cell
             new = cell.parent / out.name
-            cell.rename(new)
+            try:
+                cell.rename(new)  # the flock is on the open file, so it holds across the rename
+            finally:
+                lock.release()
             # Its reruns (the reproducibility check, the gallery's) follow it under the new name.
             for side in ("verify", "gallery_runs"):
                 rerun = cell.parent.parent / side / cell.name
