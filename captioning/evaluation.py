@@ -92,12 +92,15 @@ def decode_split(
         raise UserError(f"split '{split}' has no images in {data_cfg.get('json_path') or data_cfg['root']}")
     if data_overrides and split != "train":
         _check_unseen([data.records[i] for i in indices], cfg["data"], split)
-    files = record_images(data, cfg["encoder"]["image_size"], data_cfg.get("max_image_pixels", MAX_PIXELS))
+    files = None if predictor.model.encoder is None else record_images(
+        data, cfg["encoder"]["image_size"], data_cfg.get("max_image_pixels", MAX_PIXELS))
     captions, start = [], time.perf_counter()
     for i in range(0, len(indices), batch_size):
         chunk = indices[i : i + batch_size]
-        if predictor.model.encoder is None:
-            raw = data.raw_features(chunk)
+        regions = {}
+        if files is None:
+            batch = data.batch_features(chunk)  # (B, N, C) [+ mask, boxes: region features]
+            raw, regions = batch.pop("features"), batch
         else:
             read = [files[k] for k in chunk]
             bad = [f"{data.records[k].path}: {why}" for k, (_, why) in zip(chunk, read) if why]
@@ -105,5 +108,5 @@ def decode_split(
                 raise UserError(f"cannot read {len(bad)} image(s) of split '{split}': {bad[:5]}")
             with torch.no_grad():
                 raw = predictor.model.encode(torch.stack([image for image, _ in read]).to(predictor.device))
-        captions += predictor(raw)
+        captions += predictor(raw, regions)
     return predictor, [data.records[i] for i in indices], captions, time.perf_counter() - start

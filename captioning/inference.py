@@ -9,8 +9,45 @@ import torch
 
 from .data.features import extraction_dtype
 from .data.images import MAX_PIXELS, ImageFiles
+from .data.precomputed import read_feature_file
+from .errors import UserError
 from .models.encoder import build_encoder
 from .predict import Predictor
+
+
+def _caption_feature_files(predictor: Predictor, paths: list[Path], batch_size: int,
+                           attention_map: str | None) -> tuple[list[dict], list[tuple[str, str]]]:
+    """A checkpoint trained on precomputed features captions feature files: <id>.npy (N, C)
+    or <id>.npz (its features_key, boxes_key), as its training folder held them."""
+    enc = predictor.cfg["encoder"]
+    if attention_map:
+        raise UserError("attention_map: a model trained on precomputed features has no image "
+                        "grid to draw its attention on; leave attention_map unset")
+    results, skipped, ready = [], [], []
+    for path in paths:
+        try:
+            feats, boxes = read_feature_file(path, enc)
+        except ValueError as err:
+            skipped.append((str(path), str(err)))
+            continue
+        ready.append((path, feats, boxes))
+    for start in range(0, len(ready), batch_size):
+        chunk = ready[start : start + batch_size]
+        n = max(len(f) for _, f, _ in chunk)
+        raw = torch.zeros(len(chunk), n, enc["dim"], dtype=torch.float16)  # (B, N, C)
+        counts = torch.tensor([len(f) for _, f, _ in chunk])
+        regions = {"mask": torch.arange(n) < counts[:, None]}  # (B, N)
+        boxes = torch.zeros(len(chunk), n, 4) if all(b is not None for *_, b in chunk) else None
+        for k, (_, feats, box) in enumerate(chunk):
+            raw[k, : len(feats)] = torch.from_numpy(feats)
+            if boxes is not None:
+                boxes[k, : len(box)] = torch.from_numpy(box)
+        if boxes is not None:
+            regions["boxes"] = boxes
+        for (path, _, _), caption in zip(chunk, predictor(raw, regions)):
+            results.append({"image": str(path), "caption": " ".join(caption.words), "figure": None,
+                            **({"nbest": caption.nbest} if caption.nbest else {})})
+    return results, skipped
 
 
 def _figure_path(attention_map: str | None, image: Path, many: bool) -> Path | None:
@@ -41,6 +78,8 @@ def caption_images(
         raise FileNotFoundError(f"image path not found: {image}")
     many = image.is_dir()
     paths = sorted(p for p in image.iterdir() if p.is_file()) if many else [image]
+    if cfg["encoder"]["name"] == "precomputed":
+        return _caption_feature_files(predictor, paths, batch_size, attention_map)
     tuned = predictor.model.encoder is not None  # encoder.finetune: the checkpoint's own stages
     encoder = None if tuned else build_encoder(cfg["encoder"]).eval().to(where)  # the frozen network
     # As the feature store was extracted: the run's encoder.precision (absent: older runs, auto).

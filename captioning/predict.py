@@ -71,20 +71,23 @@ class Caption:
 @torch.no_grad()
 def caption_features(
     model: Captioner, vocab: Vocabulary, raw_features: torch.Tensor, decode: dict,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | None = None, regions: dict | None = None,
 ) -> list[Caption]:
     """Raw features (B, N, C), on any device -> one Caption per image, decoded on the model's
     device with `decode` settings (the attention stays there); `generator`: the sampling draws
-    (decode.sample), one per decoding pass so that its batches continue one seeded stream."""
+    (decode.sample), one per decoding pass so that its batches continue one seeded stream;
+    `regions`: mask (B, N) and boxes (B, N, 4) of region features."""
     device = next(model.parameters()).device
     raw = raw_features.to(device)
+    regions = {k: v.to(device) for k, v in (regions or {}).items()}
     settings = {k: v for k, v in decode.items() if k != "n_best"}
     if decode.get("n_best", 1) == 1:
-        ids, weights = model.generate(raw, vocab.bos, vocab.eos, vocab.pad, generator=generator, **settings)
+        ids, weights = model.generate(raw, vocab.bos, vocab.eos, vocab.pad, generator=generator,
+                                      **settings, **regions)
         return [Caption(*vocab.decode_aligned(tokens, w), w) for tokens, w in zip(ids, weights)]
     hyps = model.generate_nbest(raw, vocab.bos, vocab.eos, vocab.pad, decode["beam_size"],
                                 decode["max_len"], decode["alpha"], decode["n_best"],
-                                decode["block_ngram"], decode.get("min_len", 0))
+                                decode["block_ngram"], decode.get("min_len", 0), **regions)
     return [Caption(*vocab.decode_aligned(h[0].tokens, h[0].weights), h[0].weights,
                     [{"caption": " ".join(vocab.decode(x.tokens)), "score": x.score, "logprob": x.logprob}
                      for x in h]) for h in hyps]
@@ -122,7 +125,9 @@ class Predictor:
     def __post_init__(self) -> None:
         self.generator = decode_generator(self.decode, self.device)  # one stream per Predictor
 
-    def __call__(self, raw_features: torch.Tensor) -> list[Caption]:
-        """Captions with their attention on the CPU (figures, JSON), wherever they were decoded."""
-        captions = caption_features(self.model, self.vocab, raw_features, self.decode, self.generator)
+    def __call__(self, raw_features: torch.Tensor, regions: dict | None = None) -> list[Caption]:
+        """Captions with their attention on the CPU (figures, JSON), wherever they were decoded;
+        `regions`: mask and boxes of region features (PreparedData.batch_features)."""
+        captions = caption_features(self.model, self.vocab, raw_features, self.decode, self.generator,
+                                    regions)
         return [Caption(c.words, c.weights.cpu(), c.steps.cpu(), c.nbest) for c in captions]

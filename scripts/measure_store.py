@@ -2,6 +2,7 @@
 
     python scripts/measure_store.py --workdir /tmp/store-measure --sizes 5000 40000
     python scripts/measure_store.py --workdir /tmp/store-measure --sizes 5000 --speed-only
+    python scripts/measure_store.py --workdir /tmp/store-measure --sizes 5000 40000 --precomputed
 
 For each size it writes a Karpathy-style dataset whose feature store is filled with generated
 7x7x2048 float16 features (no ResNet runs; the image files are empty placeholders, never read),
@@ -11,6 +12,10 @@ DataLoader workers on) and `scripts/evaluate.py`, sampling the anonymous residen
 The speed section times training steps, data loading included, from the store and from the
 same features in memory, warm and cold (the store's pages dropped first). Delete --workdir
 afterwards: 40,000 images make an 8 GB store.
+
+--precomputed measures encoder=precomputed instead: per image a bottom-up-style <id>.npz (36
+regions x 2048 float16 and their boxes) is generated, and the training run itself copies them
+into its store (that copy is part of what is measured). Twice the disk: files and store.
 """
 
 from __future__ import annotations
@@ -103,6 +108,28 @@ def overrides(json_path: Path, cache: Path) -> list[str]:
             "data.min_word_freq=1", "data.num_workers=2"]
 
 
+def precomputed_overrides(json_path: Path, cache: Path, feats: Path) -> list[str]:
+    return ["data=flickr8k", f"data.json_path={json_path}", f"data.image_root={json_path.parent}",
+            f"data.cache_dir={cache}", "encoder=precomputed", f"encoder.path={feats}",
+            "data.min_word_freq=1", "data.num_workers=2"]
+
+
+def write_region_files(folder: Path, images: int, regions: int = 36, dim: int = 2048) -> Path:
+    """<id>.npz per image (np.savez: `features` (regions, dim) float16, `boxes` (regions, 4)),
+    the layout of a bottom-up feature folder; kept when complete."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(1)
+    for i in range(images):
+        path = folder / f"{i}.npz"
+        if path.exists():
+            continue
+        feats = (np.abs(rng.standard_normal((regions, dim), dtype=np.float32)) * 0.6).astype(np.float16)
+        corners = np.sort(rng.random((regions, 2, 2), dtype=np.float32), axis=1)  # x, y sorted
+        boxes = corners.transpose(0, 2, 1).reshape(regions, 4)[:, [0, 2, 1, 3]]  # x1 y1 x2 y2
+        np.savez(path, features=feats, boxes=boxes)
+    return folder
+
+
 def fill_store(over: list[str], batch: int = 512) -> Path:
     """Generated features (shaped like ResNet's: non-negative, mean ~0.5) in every row."""
     from hydra import compose, initialize_config_dir
@@ -185,15 +212,21 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--train-batches", type=int, default=40, help="training batches in the memory runs")
     p.add_argument("--speed-steps", type=int, default=60, help="training steps per speed run")
     p.add_argument("--speed-only", action="store_true", help="only the speed section (first size)")
+    p.add_argument("--precomputed", action="store_true",
+                   help="encoder=precomputed: generated region files, copied by the training run")
     p.add_argument("--json", default=None, help="write the results here too")
     args = p.parse_args(argv)
     work = Path(args.workdir)
     results: dict = {"memory": {}, "speed": None}
     for size in args.sizes:
         folder = work / f"n{size}"
-        over = overrides(make_dataset(folder, size), folder / "cache")
-        features = fill_store(over)
-        print(f"{size} images: store {features.stat().st_size / 1e9:.2f} GB at {features}", flush=True)
+        if args.precomputed:
+            files = write_region_files(folder / "regions", size)
+            over = precomputed_overrides(make_dataset(folder, size), folder / "cache", files)
+        else:
+            over = overrides(make_dataset(folder, size), folder / "cache")
+            features = fill_store(over)
+            print(f"{size} images: store {features.stat().st_size / 1e9:.2f} GB at {features}", flush=True)
         if args.speed_only:
             break
         run = folder / "run"
@@ -206,9 +239,15 @@ def main(argv: list[str] | None = None) -> dict:
                                 f"checkpoint={run}/checkpoints/last.ckpt", "split=test",
                                 "decode.beam_size=1", "meteor=false", f"output_dir={folder / 'eval'}"],
                                folder / "evaluate.log")
+        features = next((folder / "cache").glob("store_*/features.npy"))
         results["memory"][size] = {"store_gb": round(features.stat().st_size / 1e9, 2),
                                    "train": train, "evaluate": evaluate}
         print(json.dumps({size: results["memory"][size]}), flush=True)
+    if args.precomputed:  # the speed section compares a store with memory: the same either way
+        print(json.dumps(results, indent=1))
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=1))
+        return results
     first = work / f"n{args.sizes[0]}"
     feats = next((first / "cache").glob("store_*/features.npy"))
     results["speed"] = speed(overrides(first / "dataset.json", first / "cache"), feats, args.speed_steps)

@@ -21,7 +21,7 @@ class FixedDecoder:
     def __init__(self, logits: torch.Tensor, keys: int = 3) -> None:
         self.logits, self.keys = logits, keys
 
-    def prepare(self, features, mask=None):
+    def prepare(self, features, mask=None, positions=None):
         return features
 
     def init_state(self, prepared, features):

@@ -120,7 +120,7 @@ class Collate:
         if "image" in items[0]:
             batch = {"index": index, "images": torch.stack([it["image"] for it in items])}  # (B, 3, H, W)
         else:
-            batch = {"index": index, "features": self.data.raw_features(index.numpy())}  # (B, N, C)
+            batch = {"index": index, **self.data.batch_features(index.numpy())}  # (B, N, C) [, mask, boxes]
         if "tokens" in items[0]:
             captions = [c for it in items for c in it["tokens"]]
             batch["tokens"] = torch.nn.utils.rnn.pad_sequence(

@@ -23,6 +23,7 @@ from .features import open_store, stored_features
 from .formats import load_records
 from .images import MAX_PIXELS
 from .karpathy import ImageRecord, image_root_of
+from .precomputed import precomputed_features
 from .store import FeatureStore, LazyFeatures
 from .synthetic import SyntheticConfig, generate
 from .vocab import Vocabulary
@@ -52,6 +53,21 @@ class PreparedData:
         normaliser casts; half the bytes to copy to a GPU)."""
         return torch.from_numpy(np.ascontiguousarray(self.features[self.rows[np.asarray(indices)]]))
 
+    def batch_features(self, indices) -> dict[str, torch.Tensor]:
+        """{"features": (B, N, C)} as raw_features; for region features (encoder=precomputed)
+        cut to the batch's most regions, with "mask" (B, N) (True = a real region) and, where
+        the store has them, "boxes" (B, N, 4)."""
+        counts = getattr(self.features, "counts", None)
+        if counts is None or self.features.grid:
+            return {"features": self.raw_features(indices)}
+        rows = self.rows[np.asarray(indices)]
+        n = max(int(counts[rows].max()), 1)
+        out = {"features": torch.from_numpy(np.ascontiguousarray(self.features[rows, :n])),  # (B, n, C)
+               "mask": torch.arange(n) < torch.from_numpy(counts[rows].astype(np.int64))[:, None]}  # (B, n)
+        if self.features.boxes is not None:
+            out["boxes"] = torch.from_numpy(np.ascontiguousarray(self.features.boxes[rows, :n]))  # (B, n, 4)
+        return out
+
 
 def resolve_json(data_cfg: dict) -> tuple[Path, Path | None]:
     """The dataset JSON (generating the built-in dataset on first use) and the image root."""
@@ -76,7 +92,7 @@ class Located:
     """A dataset found and checked (fast checks only), its store not yet read."""
 
     records: list[ImageRecord]
-    encoder: ResNetEncoder  # built, not run; its weights id keys the store
+    encoder: ResNetEncoder | None  # built, not run; its weights id keys the store (None: precomputed)
     store_args: dict  # open_store's arguments
     file_problems: dict[str, list[str]]  # captioning.data.checks.file_problems
 
@@ -86,6 +102,10 @@ def locate_dataset(data_cfg: dict, enc_cfg: dict, training: bool = False) -> Loc
     images exists fails here, before any extraction; for `training`, one whose val or test
     split shares images with train too)."""
     records, json_path, root = load_dataset_records(data_cfg)
+    if enc_cfg["name"] == "precomputed":  # features come from files: the images need not exist
+        if training:
+            check_splits(records, data_cfg.get("split_file") or str(json_path))
+        return Located(records, None, {"enc_cfg": enc_cfg, "cache_dir": data_cfg["cache_dir"]}, {})
     problems = check_files(records, root)
     if training:
         check_splits(records, data_cfg.get("split_file") or str(json_path))
@@ -105,13 +125,19 @@ def locate_dataset(data_cfg: dict, enc_cfg: dict, training: bool = False) -> Loc
 def dataset_store(data_cfg: dict, enc_cfg: dict) -> FeatureStore:
     """The dataset's feature store, opened (or created empty) without extracting anything:
     for tools that fill or inspect it (scripts/measure_store.py)."""
+    if enc_cfg["name"] == "precomputed":
+        raise UserError("encoder=precomputed: its store is filled from encoder.path by training "
+                        "(nothing to extract)")
     return open_store(**locate_dataset(data_cfg, enc_cfg).store_args)
 
 
 def read_features(located: Located) -> tuple[LazyFeatures, list[str]]:
     """Raw features from the store (extracting what is missing) and per record "" or why it is
     unusable."""
-    feats, reasons = stored_features(encoder_factory=lambda: located.encoder, **located.store_args)
+    if located.encoder is None:
+        feats, reasons = precomputed_features(located.records, **located.store_args)
+    else:
+        feats, reasons = stored_features(encoder_factory=lambda: located.encoder, **located.store_args)
     return feats, [why or ("" if r.captions else "no caption with a word left after tokenisation")
                    for r, why in zip(located.records, reasons)]
 
@@ -182,13 +208,24 @@ def prepare_data(data_cfg: dict, enc_cfg: dict) -> PreparedData:
 
 
 def _fit(data: PreparedData, train: list[int], data_cfg: dict, enc_cfg: dict) -> FeatureNormalizer:
-    """The normaliser fitted on a seeded random sample of at most FIT_ROWS training grid cells,
-    read from the store (never a copy of the training split)."""
+    """The normaliser fitted on a seeded random sample of at most FIT_ROWS training grid cells
+    (or real regions: padding is no feature), read from the store (never a copy of the
+    training split)."""
     cells = data.features.shape[1]
     # A fixed permutation of all (training image, cell) positions; its first FIT_ROWS are read.
-    pick = torch.randperm(len(train) * cells, generator=torch.Generator().manual_seed(0))[:FIT_ROWS]
-    image, cell = (pick // cells).numpy(), (pick % cells).numpy()
-    rows = data.rows[np.asarray(train)[image]]
+    pick = torch.randperm(len(train) * cells, generator=torch.Generator().manual_seed(0)).numpy()
+    counts = getattr(data.features, "counts", None)
+    rows, cell, have = [], [], 0
+    for start in range(0, len(pick), FIT_ROWS):  # in slices: bounded memory whatever the size
+        part = pick[start : start + FIT_ROWS]
+        r, c = data.rows[np.asarray(train)[part // cells]], part % cells
+        if counts is not None:  # regions: padding is no feature
+            r, c = r[c < counts[r]], c[c < counts[r]]
+        rows.append(r[: FIT_ROWS - have])
+        cell.append(c[: FIT_ROWS - have])
+        if (have := have + len(rows[-1])) == FIT_ROWS:
+            break
+    rows, cell = np.concatenate(rows), np.concatenate(cell)
     sample = torch.from_numpy(np.asarray(data.features[rows, cell]))  # (<= FIT_ROWS, C)
     mean, transform = fit_normalizer(
         sample, enc_cfg["normalize"], enc_cfg["pca_dim"], enc_cfg["whiten_eps"])

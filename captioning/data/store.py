@@ -7,6 +7,9 @@ Layout (one directory per store, named by a fingerprint of everything that deter
                    extraction precision; grid, width, dtype, format version), how they were
                    built (`built`: batch size, machine, torch) and how many are complete
     skipped.json   {row: why} for images that could not be used
+    <extra>.npy    per-row side arrays some stores have, written with the rows they belong to
+                   (precomputed region features: counts.npy (rows,) regions per row,
+                   boxes.npy (rows, N, 4)); the manifest lists them under `extras`
 
 Why one preallocated .npy and not shards: a row's place is fixed before extraction starts, so
 a batch is written where it belongs, a reader needs one memory map and no index, and a resumed
@@ -82,13 +85,16 @@ class FeatureStore:
 
     @classmethod
     def open_or_create(cls, root: Path, spec: dict, rows: int, cells: int, dim: int,
-                       built: dict | None = None) -> FeatureStore:
+                       built: dict | None = None, extras: dict | None = None) -> FeatureStore:
         """An existing store that matches `spec` (resumed where it stopped), else a new one.
         `spec` = everything that determines the features (encoder, weights, size, images ...);
-        `built` = how a new one is made (recorded, not checked)."""
+        `built` = how a new one is made (recorded, not checked); `extras`: {name: (shape,
+        dtype name)} side arrays with a row per feature row (`write` fills them alongside)."""
         root = Path(root)
         expected = {"format_version": FORMAT_VERSION, "spec": spec, "rows": rows,
                     "shape": [rows, cells, dim], "dtype": "float16"}
+        if extras:  # absent, not empty, in stores without them (their manifests stay valid)
+            expected["extras"] = {k: [list(shape), dtype] for k, (shape, dtype) in extras.items()}
         manifest_path = root / "manifest.json"
         if manifest_path.exists():
             try:
@@ -102,11 +108,15 @@ class FeatureStore:
                                   json.loads((root / "skipped.json").read_text()).items()}
                 return store
             log.warning("feature store %s does not match (%s): rebuilding it", root, problem)
-            for name in ("manifest.json", "features.npy", "skipped.json"):
+            for name in ("manifest.json", "features.npy", "skipped.json",
+                         *(f"{k}.npy" for k in expected.get("extras", {}))):
                 (root / name).unlink(missing_ok=True)
         root.mkdir(parents=True, exist_ok=True)
         np.lib.format.open_memmap(root / "features.npy", mode="w+", dtype=np.float16,
                                   shape=(rows, cells, dim)).flush()
+        for name, (shape, dtype) in expected.get("extras", {}).items():
+            np.lib.format.open_memmap(root / f"{name}.npy", mode="w+", dtype=dtype,
+                                      shape=tuple(shape)).flush()
         store = cls(root, {**expected, "built": built or {}, "rows_done": 0})
         _write_json_atomic(root / "skipped.json", {})
         _write_json_atomic(manifest_path, store.manifest)
@@ -127,17 +137,30 @@ class FeatureStore:
             return f"features.npy cannot be read ({err})"
         if array.shape != (rows, cells, dim) or array.dtype != np.float16:
             return f"features.npy is {array.shape} {array.dtype}"
+        for name, (shape, dtype) in expected.get("extras", {}).items():
+            try:
+                extra = np.load(root / f"{name}.npy", mmap_mode="r")
+            except (OSError, ValueError) as err:
+                return f"{name}.npy cannot be read ({err})"
+            if list(extra.shape) != list(shape) or extra.dtype != np.dtype(dtype):
+                return f"{name}.npy is {extra.shape} {extra.dtype}"
         return None
 
-    def write(self, start: int, features: np.ndarray, reasons: list[str]) -> None:
-        """Rows start.. of a batch (B, N, C) and their skip reasons ("" = fine); made durable
-        before the manifest counts them."""
+    def write(self, start: int, features: np.ndarray, reasons: list[str],
+              extras: dict[str, np.ndarray] | None = None) -> None:
+        """Rows start.. of a batch (B, N, C), their skip reasons ("" = fine) and their rows of
+        the store's extras; made durable before the manifest counts them."""
         if start != self.rows_done:
             raise ValueError(f"rows must be written in order: expected {self.rows_done}, got {start}")
         if self._map is None:
             self._map = np.load(self.features_path, mmap_mode="r+")
         self._map[start : start + len(features)] = features
         self._map.flush()  # the rows reach the file before the manifest says they exist
+        for name, rows in (extras or {}).items():
+            side = np.load(self.root / f"{name}.npy", mmap_mode="r+")
+            side[start : start + len(rows)] = rows
+            side.flush()
+            del side
         new = {start + i: why for i, why in enumerate(reasons) if why}
         if new:  # the file on disk already holds every earlier skip
             self._skipped.update(new)
@@ -152,6 +175,11 @@ class FeatureStore:
     def features(self) -> LazyFeatures:
         return LazyFeatures(self.features_path, self.manifest["shape"],
                             self.manifest["spec"].get("precision"))
+
+    def extra(self, name: str) -> LazyFeatures | None:
+        """A side array (`extras`), memory-mapped like the features; None if the store has none."""
+        shape = self.manifest.get("extras", {}).get(name, [None])[0]
+        return None if shape is None else LazyFeatures(self.root / f"{name}.npy", shape)
 
 
 def is_complete(root: Path) -> bool:

@@ -288,7 +288,7 @@ def bad_values(cfg: dict) -> list[str]:
             good = False
         if not good:
             problems.append(f"{key}={value!r}: must be {must}")
-    problems += scst_problems(cfg)
+    problems += scst_problems(cfg) + precomputed_problems(cfg)
     problems += decode_problems({**DECODE_DEFAULTS, **(cfg.get("decode") or {})})
     enc = cfg.get("encoder") or {}
     if enc.get("name") in ENCODERS:
@@ -297,6 +297,34 @@ def bad_values(cfg: dict) -> list[str]:
         if pca is not None and not (isinstance(pca, int) and 1 <= pca <= width):
             problems.append(f"encoder.pca_dim={pca!r}: must be null or 1..{width} ({enc['name']} "
                             f"features are {width}-d)")
+    return problems
+
+
+# Modes whose positions are cells of a square grid: over region features they mean nothing.
+GRID_MODES = {"local": "a Gaussian window over grid cells", "hierarchical": "blocks of grid cells"}
+
+
+def precomputed_problems(cfg: dict) -> list[str]:
+    """encoder=precomputed: no network to tune; over regions (encoder.grid=false) no mode that
+    needs grid cells (relative_2d is defined on boxes: data/precomputed.check_source)."""
+    enc, att = cfg.get("encoder") or {}, cfg.get("attention") or {}
+    if enc.get("name") != "precomputed":
+        return []
+    problems = []
+    if enc.get("finetune"):
+        problems.append("encoder.finetune=true: precomputed features have no network to tune; "
+                        "use encoder.finetune=false")
+    if enc.get("grid"):
+        return problems
+    names = {att.get("name"), att.get("base")}
+    fix = ("; with grid features (CLIP/ViT patches, one square grid per image) set "
+           "encoder.grid=true, else choose a mode that reads no grid (e.g. attention=additive)")
+    for name in sorted(n for n in names if n in GRID_MODES):
+        problems.append(f"attention={name} needs {GRID_MODES[name]}; encoder=precomputed with "
+                        f"encoder.grid=false holds regions{fix}")
+    if "graph" in names and att.get("adjacency", "grid8") == "grid8":
+        problems.append("attention=graph with attention.adjacency=grid8 joins grid neighbours; "
+                        "over regions use attention.adjacency=knn" + fix)
     return problems
 
 

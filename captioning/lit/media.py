@@ -56,7 +56,10 @@ class ValidationMedia(pl.Callback):
             return
         start = time.perf_counter()
         records = [trainer.datamodule.data.records[s["index"]] for s in self._samples]
-        files = ImageFiles([r.path for r in records], pl_module.cfg["encoder"]["image_size"])
+        enc = pl_module.cfg["encoder"]
+        # Precomputed features: the image is shown if it is there; regions are no grid to overlay.
+        overlay = enc["name"] != "precomputed"
+        files = ImageFiles([r.path for r in records], enc.get("image_size", 224))
         rows, figures = [], []
         for k, (record, sample) in enumerate(zip(records, self._samples)):
             pixels, why = files[k]
@@ -64,7 +67,7 @@ class ValidationMedia(pl.Callback):
             image = pixels.permute(1, 2, 0).numpy() if ok else np.zeros((8, 8, 3), np.uint8)
             words = sample["hyp"]
             rows.append((record.image_id, image, " ".join(words), record.texts))
-            if k < self.num_attention and ok and words:
+            if k < self.num_attention and ok and words and overlay:
                 figures.append((record.image_id, words, _attention_array(image, words, sample["weights"],
                                                                      self.attention_scale)))
         step = trainer.global_step

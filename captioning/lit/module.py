@@ -73,6 +73,11 @@ class CaptioningModule(pl.LightningModule):
         with torch.set_grad_enabled(torch.is_grad_enabled() and self.current_epoch >= after):
             return self.model.encode(batch["images"])
 
+    @staticmethod
+    def _regions(batch: dict) -> dict:
+        """Region features' mask (B, N) and boxes (B, N, 4), as the model's keywords; {} for a grid."""
+        return {k: batch[k] for k in ("mask", "boxes") if k in batch}
+
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         if self.scst is not None:
             return self._scst_step(batch)
@@ -83,7 +88,7 @@ class CaptioningModule(pl.LightningModule):
             self.log("train/sample_prob", p, batch_size=len(tokens))
         loss, weights = teacher_forced_loss(
             self.model, self._raw_features(batch), tokens, batch["image_index"], self.vocab.pad,
-            self.cfg["optim"].get("label_smoothing", 0.0), p)
+            self.cfg["optim"].get("label_smoothing", 0.0), p, **self._regions(batch))
         alpha_c = self.cfg["optim"].get("alpha_c", 0.0)
         if alpha_c:  # doubly stochastic attention (for the Transformer: its last layer, head mean)
             penalty = doubly_stochastic_penalty(weights, targets != self.vocab.pad)
@@ -95,7 +100,8 @@ class CaptioningModule(pl.LightningModule):
 
     def _scst_step(self, batch: dict) -> torch.Tensor:
         """training=scst: the self-critical loss on this batch's images (its captions unused)."""
-        loss, stats = self.scst.loss(self.model, self._raw_features(batch), batch["index"])
+        loss, stats = self.scst.loss(self.model, self._raw_features(batch), batch["index"],
+                                     self._regions(batch))
         b = len(batch["index"])
         self.log("train/loss", loss, prog_bar=True, batch_size=b)
         self.log("train/reward", stats.pop("reward"), prog_bar=True, batch_size=b)
@@ -153,7 +159,8 @@ class CaptioningModule(pl.LightningModule):
         if hasattr(attention, "pop_gate"):
             attention.pop_gate()  # forget training's gates: report this batch's decoding only
         captions = caption_features(self.model, self.vocab, self._raw_features(batch), settings,
-                                    getattr(self, "_generator", None) if settings.get("sample") else None)
+                                    getattr(self, "_generator", None) if settings.get("sample") else None,
+                                    self._regions(batch))
         steps = torch.cat([c.steps for c in captions])  # (every decoding step, N)
         # Per image: the sums of its steps' entropy/max/min. Averaging these sums after the
         # outputs of every process are gathered and de-duplicated gives exactly the
@@ -206,7 +213,9 @@ class CaptioningModule(pl.LightningModule):
         metrics.update(attribute_accuracy(hyps, [o["objects"] for o in outputs], f"{stage}/"))
         grounded = [o for o in outputs if "weights" in o]
         size = self.cfg["data"].get("synthetic", {}).get("image_size")
-        if grounded and size:
+        # Grounding reads weights as grid cells; precomputed regions are not (their boxes could
+        # be, but the built-in data's features are never regions but in tests).
+        if grounded and size and self.cfg["encoder"]["name"] != "precomputed":
             metrics.update(attention_grounding(
                 [o["hyp"] for o in grounded], [o["weights"] for o in grounded],
                 [o["objects"] for o in grounded], size, f"{stage}/",
@@ -299,13 +308,14 @@ class CaptioningModule(pl.LightningModule):
 
 def teacher_forced_loss(model: torch.nn.Module, features: torch.Tensor, tokens: torch.Tensor,
                         image_index: torch.Tensor, pad: int, label_smoothing: float = 0.0,
-                        sample_prob: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+                        sample_prob: float = 0.0, **regions) -> tuple[torch.Tensor, torch.Tensor]:
     """The cross-entropy step's loss: raw features (I, N, C), tokens (B, T) with <bos> first,
-    image_index (B,) -> (mean token loss over non-padding targets, attention weights (B, T-1, N))."""
+    image_index (B,) -> (mean token loss over non-padding targets, attention weights (B, T-1, N)).
+    `regions`: mask (I, N) and boxes (I, N, 4) of region features."""
     targets = tokens[:, 1:]  # (B, T-1)
     lengths = (targets != pad).sum(1)  # padding is never computed
     logits, weights = model(features, tokens[:, :-1], lengths, image_index,
-                            sample_prob=sample_prob)  # (B, T-1, V), (B, T-1, N)
+                            sample_prob=sample_prob, **regions)  # (B, T-1, V), (B, T-1, N)
     # F.cross_entropy's numbers in fewer passes over the logits (models/losses.py)
     loss = cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=pad,
                          label_smoothing=label_smoothing)

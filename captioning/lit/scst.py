@@ -41,27 +41,31 @@ class SelfCritical:
         rows = tokens.tolist() if isinstance(tokens, torch.Tensor) else tokens
         return self.cider.score([self.vocab.decode(row) for row in rows], image, refs)
 
-    def loss(self, model: Captioner, raw: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    def loss(self, model: Captioner, raw: torch.Tensor, index: torch.Tensor,
+             regions: dict | None = None) -> tuple[torch.Tensor, dict]:
         """raw features (B, N, C) of training records `index` (B,) -> the policy-gradient loss
-        and the step's statistics (reward, baseline, advantage, entropy, length)."""
+        and the step's statistics (reward, baseline, advantage, entropy, length). `regions`:
+        mask (B, N) and boxes (B, N, 4) of region features."""
+        regions = regions or {}
         b, k, v = raw.shape[0], self.k, self.vocab
         refs = [self.refs[i] for i in index.tolist()]  # host copy: the keys of a Python dict
         was_training = model.training
         model.eval()  # dropout off: score exactly the policy that samples
         try:
-            samples = model.sample(raw.detach(), v.bos, v.eos, k, self.max_len, self.banned)  # (B*K, L)
+            samples = model.sample(raw.detach(), v.bos, v.eos, k, self.max_len, self.banned,
+                                   **regions)  # (B*K, L)
             reward = self.rewards(samples, np.repeat(np.arange(b), k), refs)  # (B*K,)
             if self.baseline == "mean":  # the other K-1 samples of the same image: no extra decode
                 base = leave_one_out_mean(reward, k)
             else:  # greedy: the test-time decoder's own caption (one more decode per image)
-                ids, _ = model.generate(raw.detach(), v.bos, v.eos, v.pad, 1, self.max_len)
+                ids, _ = model.generate(raw.detach(), v.bos, v.eos, v.pad, 1, self.max_len, **regions)
                 base = np.repeat(self.rewards(ids, np.arange(b), refs), k)
             # The samples' log-probabilities, with gradient: one teacher-forced pass.
             rows = torch.arange(b, device=raw.device).repeat_interleave(k)  # (B*K,) image per sample
             ended = samples == v.eos
             lengths = torch.where(ended.any(1), ended.int().argmax(1) + 1, samples.shape[1])  # eos included
             inputs = torch.cat([samples.new_full((len(rows), 1), v.bos), samples[:, :-1]], 1)  # (B*K, L)
-            logits, _ = model(raw, inputs, lengths, rows)  # (B*K, L, V)
+            logits, _ = model(raw, inputs, lengths, rows, **regions)  # (B*K, L, V)
         finally:
             model.train(was_training)
         logp = log_probs(logits, self.banned)  # (B*K, L, V)

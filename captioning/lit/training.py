@@ -19,6 +19,7 @@ from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_only
 
 from ..cpu import configure_cpu
+from ..data.precomputed import resolve_source
 from ..models.attention import cross_attention_modules
 from ..models.captioner import attention_choice
 from ..provenance import config_hash, cpu_kind, flatten, git_commit
@@ -58,6 +59,10 @@ def train(cfg: DictConfig) -> dict:
     if cfg.encoder.get("finetune"):  # its BatchNorm layers are in eval mode on purpose
         warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode")
     plain = _plain(cfg)
+    if plain["encoder"]["name"] == "precomputed":  # the width is the files': read before any model
+        with open_dict(cfg):
+            cfg.encoder.dim = resolve_source(plain["encoder"], plain["attention"])
+        plain = _plain(cfg)
     check_config(plain)  # every mistake the config alone shows, before any work
     if plain["trainer"].get("num_threads"):  # before the first op: data prep runs the encoder
         torch.set_num_threads(plain["trainer"]["num_threads"])

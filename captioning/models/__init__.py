@@ -5,11 +5,11 @@ from .beam import Hypothesis, beam_search
 from .captioner import Captioner, build_captioner, resolved_attention
 from .decoders import DECODERS, build_decoder
 from .decoding import greedy_decode
-from .encoder import ENCODERS, ResNetEncoder, build_encoder, encoder_dim
+from .encoder import ENCODERS, ResNetEncoder, build_encoder, encoder_dim, feature_dim
 from .normalizer import FeatureNormalizer, fit_normalizer
 
 __all__ = [
     "ATTENTIONS", "DECODERS", "ENCODERS", "Captioner", "FeatureNormalizer", "Hypothesis",
     "ResNetEncoder", "beam_search", "build_attention", "build_captioner", "build_decoder",
-    "build_encoder", "encoder_dim", "fit_normalizer", "greedy_decode", "resolved_attention",
+    "build_encoder", "encoder_dim", "feature_dim", "fit_normalizer", "greedy_decode", "resolved_attention",
 ]

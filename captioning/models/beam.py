@@ -41,18 +41,19 @@ def beam_search(
     mask: torch.Tensor | None = None,
     banned: tuple[int, ...] = (),
     min_len: int = 0,
+    positions: torch.Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """features (B, N, D) -> per image the n_best hypotheses (n_best <= beam_size), best first.
 
     The step rules (decoding.constrain): `banned` token ids (e.g. <pad>, <bos>) are never
     generated, `block_ngram` = n forbids repeating any n-gram within a hypothesis, no <eos>
-    before min_len words.
+    before min_len words. mask (B, N) and positions (B, N, 2): region features.
     """
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"decode.n_best={n_best}: must be between 1 and decode.beam_size={beam_size}")
     b, k = features.shape[0], beam_size
     device = features.device
-    prepared = decoder.prepare(features, mask)  # (B, ...) once per image, never per beam
+    prepared = decoder.prepare(features, mask, positions)  # (B, ...) once per image, never per beam
     rows = torch.arange(b, device=device).repeat_interleave(k)
     state = decoder.reorder(decoder.init_state(prepared, features), rows, images=slice(None))
     # rows: image-major, k beams each; attention reads an image's k rows against its keys

@@ -3,6 +3,10 @@
 Every entry point (`forward` for teacher forcing, `generate` for decoding) takes *raw* encoder
 features, so a dataset's features are stored once, as the encoder wrote them, and the
 normaliser that travels in the checkpoint is the only place normalisation happens.
+
+Region features (encoder=precomputed) come padded to the batch's most regions: `mask` (B, N)
+says which are real (padding gets exactly zero attention in every mode), `boxes` (B, N, 4)
+their normalised (x1, y1, x2, y2), read by the position-aware modes as the boxes' centres.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from torch import nn
 from .beam import Hypothesis, beam_search
 from .decoders import build_decoder
 from .decoding import greedy_decode, sample_decode
-from .encoder import TunableEncoder, build_tunable_encoder, encoder_dim
+from .encoder import TunableEncoder, build_tunable_encoder, feature_dim
 from .normalizer import FeatureNormalizer
 from .refiner import build_refiner
 
@@ -30,10 +34,11 @@ class Captioner(nn.Module):
         self.encoder = encoder  # None: features come from the (frozen) feature store
         self.refiner = refiner  # None: the decoder attends over the normalised features as they are
 
-    def features(self, raw_features: torch.Tensor) -> torch.Tensor:
-        """Raw (B, N, C) -> what the decoder attends over: normalised, then refined (B, N, D)."""
+    def features(self, raw_features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Raw (B, N, C) -> what the decoder attends over: normalised, then refined (B, N, D)
+        (the refiner's self-attention skips masked regions)."""
         features = self.normalizer(raw_features)
-        return features if self.refiner is None else self.refiner(features)
+        return features if self.refiner is None else self.refiner(features, mask)
 
     def encode(self, images: torch.Tensor) -> torch.Tensor:
         """images (B, 3, H, W) uint8 -> raw features (B, N, C) through the tuned encoder."""
@@ -49,12 +54,15 @@ class Captioner(nn.Module):
         lengths: torch.Tensor | None = None,
         image_index: torch.Tensor | None = None,
         sample_prob: float = 0.0,
+        mask: torch.Tensor | None = None,
+        boxes: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher forcing: raw features (I, N, C), tokens (B, T) -> logits (B, T, V),
         weights (B, T, N); `image_index` (B,) maps captions to images; `sample_prob`: scheduled
-        sampling (see the decoders)."""
-        features = self.features(raw_features)  # (I, N, D)
+        sampling (see the decoders); mask (I, N), boxes (I, N, 4): region features."""
+        features = self.features(raw_features, mask)  # (I, N, D)
         kwargs = {"sample_prob": sample_prob} if sample_prob > 0 else {}
+        kwargs.update(regions(mask, boxes))
         return self.decoder(features, tokens, lengths=lengths, image_index=image_index, **kwargs)
 
     @torch.no_grad()
@@ -76,6 +84,8 @@ class Captioner(nn.Module):
         seed: int = 0,
         n_best: int = 1,
         generator: torch.Generator | None = None,
+        mask: torch.Tensor | None = None,
+        boxes: torch.Tensor | None = None,
     ) -> tuple[list[list[int]], list[torch.Tensor]]:
         """Raw features (B, N, C) -> per image the token ids (without <bos>, up to and including
         <eos>) and their attention weights (len, N): sampled (sample=true: temperature, top_k,
@@ -83,9 +93,10 @@ class Captioner(nn.Module):
         batched beam search (alpha: GNMT length penalty). The best caption only, whatever n_best
         (accepted so that a run's whole `decode` config can be passed): the list is
         generate_nbest's. Every path applies the same step rules: never <pad> or <bos>,
-        block_ngram, min_len."""
-        features = self.features(raw_features)  # (B, N, D)
-        rules = {"banned": (pad, bos), "block_ngram": block_ngram, "min_len": min_len}
+        block_ngram, min_len. mask (B, N), boxes (B, N, 4): region features."""
+        features = self.features(raw_features, mask)  # (B, N, D)
+        rules = {"banned": (pad, bos), "block_ngram": block_ngram, "min_len": min_len,
+                 **regions(mask, boxes)}
         if sample or beam_size == 1:
             if sample:
                 if generator is None:
@@ -103,31 +114,44 @@ class Captioner(nn.Module):
                 out.append(w[:n])
             return ids, out
         hyps = self.generate_nbest(raw_features, bos, eos, pad, beam_size, max_len, alpha, 1,
-                                   block_ngram=block_ngram, min_len=min_len)
+                                   block_ngram=block_ngram, min_len=min_len, mask=mask, boxes=boxes)
         return [h[0].tokens for h in hyps], [h[0].weights for h in hyps]
 
     @torch.no_grad()
     def generate_nbest(self, raw_features: torch.Tensor, bos: int, eos: int, pad: int,
                        beam_size: int = 5, max_len: int = 30, alpha: float = 0.0, n_best: int = 1,
-                       block_ngram: int = 0, min_len: int = 0) -> list[list[Hypothesis]]:
+                       block_ngram: int = 0, min_len: int = 0, mask: torch.Tensor | None = None,
+                       boxes: torch.Tensor | None = None) -> list[list[Hypothesis]]:
         """Raw features (B, N, C) -> per image beam search's n_best hypotheses, best first
         (tokens, length-penalised score, log-probability, attention)."""
-        return beam_search(self.decoder, self.features(raw_features), bos, eos, beam_size, max_len,
-                           alpha=alpha, block_ngram=block_ngram, n_best=n_best, banned=(pad, bos),
-                           min_len=min_len)
+        return beam_search(self.decoder, self.features(raw_features, mask), bos, eos, beam_size,
+                           max_len, alpha=alpha, block_ngram=block_ngram, n_best=n_best,
+                           banned=(pad, bos), min_len=min_len, **regions(mask, boxes))
 
     @torch.no_grad()
     def sample(self, raw_features: torch.Tensor, bos: int, eos: int, k: int, max_len: int = 30,
-               banned: tuple[int, ...] = ()) -> torch.Tensor:
+               banned: tuple[int, ...] = (), mask: torch.Tensor | None = None,
+               boxes: torch.Tensor | None = None) -> torch.Tensor:
         """Raw features (B, N, C) -> (B*K, L) token ids, K sampled captions per image
         (image-major, eos-padded; decoding.sample_decode). Self-critical training draws these."""
-        return sample_decode(self.decoder, self.features(raw_features), bos, eos, k, max_len, banned)[0]
+        return sample_decode(self.decoder, self.features(raw_features, mask), bos, eos, k, max_len,
+                             banned, **regions(mask, boxes))[0]
+
+
+def regions(mask: torch.Tensor | None, boxes: torch.Tensor | None) -> dict:
+    """The decoders' keywords for region features: the mask (B, N) and, from boxes (B, N, 4)
+    (x1, y1, x2, y2 in [0, 1]), each region's centre (row, col) = (B, N, 2); {} for a grid."""
+    out = {} if mask is None else {"mask": mask}
+    if boxes is not None:
+        out["positions"] = torch.stack([(boxes[..., 1] + boxes[..., 3]) / 2,
+                                        (boxes[..., 0] + boxes[..., 2]) / 2], -1)  # (B, N, 2)
+    return out
 
 
 def build_captioner(cfg: dict, vocab_size: int) -> Captioner:
     """The model a resolved run config describes (normaliser statistics still to be loaded)."""
     enc = cfg["encoder"]
-    in_dim = encoder_dim(enc["name"])
+    in_dim = feature_dim(enc)
     normalizer = FeatureNormalizer(in_dim, enc.get("pca_dim") or in_dim, cfg["data"].get("blind", False))
     decoder = build_decoder(cfg["decoder"], vocab_size, normalizer.out_dim, cfg["attention"])
     encoder = build_tunable_encoder(enc) if enc.get("finetune") else None

@@ -18,10 +18,12 @@ def greedy_decode(
     block_ngram: int = 0,
     banned: tuple[int, ...] = (),
     min_len: int = 0,
+    positions: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """features (B, N, D) -> tokens (B, L) without <bos> (padded with eos), weights (B, L, N).
-    The step rules (constrain) as in beam search and sampling."""
-    prepared = decoder.prepare(features, mask)
+    The step rules (constrain) as in beam search and sampling. mask (B, N), positions (B, N, 2):
+    region features (decoder.prepare)."""
+    prepared = decoder.prepare(features, mask, positions)
     state = decoder.init_state(prepared, features)
     batch = features.shape[0]
     tokens = torch.full((batch,), bos, dtype=torch.long, device=features.device)
@@ -56,6 +58,7 @@ def sample_decode(
     generator: torch.Generator | None = None,
     block_ngram: int = 0,
     min_len: int = 0,
+    positions: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """K captions per image sampled from the model's distribution: features (B, N, D) ->
     tokens (B*K, L) without <bos>, image-major (rows b*K .. b*K+K-1 are image b's), padded with
@@ -63,7 +66,7 @@ def sample_decode(
     softmax(logits / temperature) cut to the top_k tokens and to the smallest set holding top_p
     of the probability (0 and 1.0: no cut), after the step rules (constrain); `generator`
     seeds the draws. Temperature 1 with no cut is what self-critical training samples."""
-    prepared = decoder.prepare(features, mask)  # once per image
+    prepared = decoder.prepare(features, mask, positions)  # once per image
     rows = torch.arange(features.shape[0], device=features.device).repeat_interleave(k)  # (B*K,)
     state = decoder.reorder(decoder.init_state(prepared, features), rows)
     tokens = torch.full(rows.shape, bos, dtype=torch.long, device=features.device)

@@ -46,6 +46,17 @@ def encoder_dim(name: str) -> int:
     return ENCODERS[name].dim
 
 
+def feature_dim(enc_cfg: dict) -> int:
+    """The width of the raw features a run's `encoder` config gives: its ResNet's, or for
+    encoder=precomputed `encoder.dim`, which training reads from the feature files."""
+    if enc_cfg["name"] != "precomputed":
+        return encoder_dim(enc_cfg["name"])
+    if not isinstance(enc_cfg.get("dim"), int):
+        raise ValueError("encoder=precomputed: encoder.dim is not resolved yet (training reads it "
+                         "from the files in encoder.path: data.precomputed.feature_width)")
+    return enc_cfg["dim"]
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:

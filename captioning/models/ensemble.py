@@ -20,12 +20,13 @@ class EnsembleDecoder(nn.Module):
         super().__init__()
         self.members = members
 
-    def prepare(self, raw: torch.Tensor, mask: torch.Tensor | None = None) -> list:
+    def prepare(self, raw: torch.Tensor, mask: torch.Tensor | None = None,
+                positions: torch.Tensor | None = None) -> list:
         # raw (B, N, C) -> per member (its prepared keys, its features (B, N, D_m))
         out = []
         for m in self.members:
-            features = m.features(raw)
-            out.append((m.decoder.prepare(features, mask), features))
+            features = m.features(raw, mask)
+            out.append((m.decoder.prepare(features, mask, positions), features))
         return out
 
     def init_state(self, prepared: list, raw: torch.Tensor) -> list:
@@ -58,7 +59,7 @@ class Ensemble(Captioner):
         self.decoder = EnsembleDecoder(self.members)
         self.normalizer = self.refiner = self.encoder = None
 
-    def features(self, raw_features: torch.Tensor) -> torch.Tensor:
+    def features(self, raw_features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         return raw_features  # each member's own normaliser runs in EnsembleDecoder.prepare
 
     def forward(self, *args, **kwargs):

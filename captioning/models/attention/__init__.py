@@ -24,10 +24,11 @@ from .base import (
     cross_attention_modules,
     doubly_stochastic_penalty,
     masked_softmax,
+    placed,
 )
 
 __all__ = [
     "ATTENTION_STATS", "ATTENTIONS", "CrossAttention", "Prepared", "attention_stats",
     "attention_step_stats", "build_attention",
-    "cross_attention_modules", "doubly_stochastic_penalty", "masked_softmax", "sentinel_weight",
+    "cross_attention_modules", "doubly_stochastic_penalty", "masked_softmax", "placed", "sentinel_weight",
 ]

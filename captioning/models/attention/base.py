@@ -16,18 +16,28 @@ class Prepared:
     """Key-side work done once per image and reused at every step and for every beam.
 
     keys: the module's projected keys (shape depends on the module, batch first);
-    values: (B, N, Dv) what the weights average; mask: (B, N) True = attend, or None.
+    values: (B, N, Dv) what the weights average; mask: (B, N) True = attend, or None;
+    positions: (B, N, 2) each region's centre (row, col) in [0, 1] when the features are boxes
+    (precomputed region features), None for a grid (the positions follow from N).
     """
 
     keys: torch.Tensor
     values: torch.Tensor
     mask: torch.Tensor | None = None
+    positions: torch.Tensor | None = None
 
     def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Prepared:
         """Apply fn to every tensor field (e.g. index_select for beam reordering)."""
         return replace(self, **{
             f.name: fn(v) for f in fields(self) if isinstance(v := getattr(self, f.name), torch.Tensor)
         })
+
+
+def placed(prepared: Prepared, positions: torch.Tensor | None) -> Prepared:
+    """`prepared` with the regions' positions (B, N, 2) attached (boxes), or as it is (a grid).
+    Wrapping modes (aoa, graph, mixed) hand the same record to their inner mode, so a module
+    that reads positions finds them wherever it sits."""
+    return prepared if positions is None else replace(prepared, positions=positions)
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:

@@ -59,10 +59,17 @@ class DotAttention(CrossAttention):
 
     def _scores(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         scores = (self.proj(query) if self.project == "query" else query) @ keys.transpose(1, 2)
-        scores = scores * self.scale  # (B, T, N)
+        return scores * self.scale  # (B, T, N)
+
+    def _biased_scores(self, query: torch.Tensor, prepared) -> torch.Tensor:
+        """Scores plus the relative position bias (on the grid, or on the regions' boxes)."""
+        scores = self._scores(query, prepared.keys)  # (B, T, N)
         if self.pos_bias is not None:
-            scores = scores + self.pos_bias(query, keys.shape[1])
+            scores = scores + self.pos_bias(query, scores.shape[-1], prepared.positions)
         return scores
+
+    def _weights(self, query: torch.Tensor, prepared) -> torch.Tensor:
+        return masked_softmax(self._biased_scores(query, prepared), prepared.mask)
 
 
 @register("general")
@@ -89,7 +96,7 @@ class SparseTopKAttention(DotAttention):
         self.topk = topk
 
     def _weights(self, query: torch.Tensor, prepared) -> torch.Tensor:
-        scores = self._scores(query, prepared.keys)  # (B, T, N)
+        scores = self._biased_scores(query, prepared)  # (B, T, N)
         if prepared.mask is not None:  # masked positions must not take a top-k place
             scores = scores.masked_fill(~prepared.mask[:, None, :], float("-inf"))
         if self.topk < scores.shape[-1]:

@@ -71,8 +71,8 @@ class HierarchicalAttention(CrossAttention):
         visible = member.expand(keys.shape[0], -1, -1) if mask is None else member * mask[:, None, :]
         counts = visible.sum(-1)  # (B, K)
         pooled = visible @ keys / counts.clamp_min(1).unsqueeze(-1)  # (B, K, Dk)
-        return HierarchicalPrepared(self.k_fine(keys), values, mask, self.k_coarse(pooled),
-                                    counts > 0, visible > 0)
+        return HierarchicalPrepared(self.k_fine(keys), values, mask, coarse=self.k_coarse(pooled),
+                                    coarse_mask=counts > 0, inside=visible > 0)
 
     def _weights(self, query: torch.Tensor, prepared: HierarchicalPrepared) -> torch.Tensor:
         """query (B, T, Dq) -> per-cell weights (B, T, N): block weight x share within block."""

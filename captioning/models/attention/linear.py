@@ -37,7 +37,7 @@ class LinearAttention(CrossAttention):
         if mask is not None:
             k = k * mask.unsqueeze(-1).to(k.dtype)
         kv = k.transpose(1, 2) @ values  # (B, D, Dv): the O(N) summary, once per image
-        return LinearPrepared(k, values, mask, kv, k.sum(1))
+        return LinearPrepared(k, values, mask, kv=kv, ksum=k.sum(1))
 
     def _attend(self, query, prepared):
         q = _phi(query)  # (B, T, D)

@@ -1,5 +1,6 @@
-"""Positions on the 2-D feature grid: cell coordinates (used by local attention and the
-relative position bias) and the 2-D relative position bias for the dot family."""
+"""Positions of the attended features: cell coordinates on the 2-D grid (used by local
+attention and the relative position bias), or region boxes' centres; and the 2-D relative
+position bias for the dot family, defined on both."""
 
 from __future__ import annotations
 
@@ -24,7 +25,11 @@ class RelativePositionBias2d(nn.Module):
     read by bilinear interpolation at the offset of each cell from a reference point r(q)
     predicted from the query. In cross-attention a word has no grid position of its own, so
     the offsets are taken from where the query says it is looking; interpolation keeps r(q)
-    and the table differentiable."""
+    and the table differentiable.
+
+    Over regions (precomputed box features) a position is the box's centre in [0, 1]; r(q) is
+    then a point of the image and the table's -M..M spans offsets of -1..1 image widths and
+    heights (every offset between two points of the image)."""
 
     def __init__(self, query_dim: int, max_offset: int = 6) -> None:
         super().__init__()
@@ -33,11 +38,16 @@ class RelativePositionBias2d(nn.Module):
         # Small random table: a zero one would give the reference predictor no gradient.
         self.table = nn.Parameter(torch.randn(1, 1, 2 * max_offset + 1, 2 * max_offset + 1) * 0.02)
 
-    def forward(self, query: torch.Tensor, n: int) -> torch.Tensor:
-        """query (B, T, Dq) -> bias (B, T, N)."""
-        coords, side = grid_coords(n, query.device)  # (N, 2), (2,)
-        ref = side * torch.sigmoid(self.ref(query))  # (B, T, 2)
-        offset = (coords - ref.unsqueeze(2)) / self.max_offset  # (B, T, N, 2) in [-1, 1]
+    def forward(self, query: torch.Tensor, n: int, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """query (B, T, Dq), positions (B, N, 2) box centres or None (a grid of n cells)
+        -> bias (B, T, N)."""
+        if positions is None:
+            coords, side = grid_coords(n, query.device)  # (N, 2), (2,)
+            ref = side * torch.sigmoid(self.ref(query))  # (B, T, 2)
+            offset = (coords - ref.unsqueeze(2)) / self.max_offset  # (B, T, N, 2) in [-1, 1]
+        else:
+            ref = torch.sigmoid(self.ref(query))  # (B, T, 2) a point of the image
+            offset = positions.to(ref.dtype).unsqueeze(1) - ref.unsqueeze(2)  # (B, T, N, 2) in [-1, 1]
         b, t = query.shape[:2]
         grid = offset.flip(-1).reshape(1, b * t, n, 2)  # grid_sample wants (x=col, y=row)
         bias = nn.functional.grid_sample(

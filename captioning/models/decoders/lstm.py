@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from ..attention import Prepared, build_attention
+from ..attention import Prepared, build_attention, placed
 from ..precision import to_autocast_dtype
 
 
@@ -58,12 +58,14 @@ class LSTMDecoder(nn.Module):
         self.drop = nn.Dropout(dropout)
         self.head = nn.Linear(embed_dim, vocab_size)
 
-    def prepare(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> Prepared:
-        """features (B, N, Df) -> keys prepared and values projected, once per image."""
+    def prepare(self, features: torch.Tensor, mask: torch.Tensor | None = None,
+                positions: torch.Tensor | None = None) -> Prepared:
+        """features (B, N, Df), mask (B, N), positions (B, N, 2) (regions' box centres) ->
+        keys prepared and values projected, once per image."""
         if not self.prepare_once:  # naive baseline: carry the raw features, project per step
-            return Prepared(features, features, mask)
+            return Prepared(features, features, mask, positions)
         features = to_autocast_dtype(features)  # one cast for both projections, not one each
-        return self.attention.prepare(features, mask, values=self.value_proj(features))
+        return placed(self.attention.prepare(features, mask, values=self.value_proj(features)), positions)
 
     def init_state(self, prepared: Prepared, features: torch.Tensor) -> LSTMState:
         """h0, c0 from the mean feature over unmasked positions."""
@@ -78,9 +80,9 @@ class LSTMDecoder(nn.Module):
         """One LSTM step from the embedded token; returns (pre-logit output, state, weights)."""
         prepared = state.prepared
         if not self.prepare_once:
-            prepared = self.attention.prepare(
+            prepared = placed(self.attention.prepare(
                 prepared.keys, prepared.mask, values=self.value_proj(prepared.values)
-            )
+            ), prepared.positions)
         # A mode that takes the decoder's memory (adaptive: the sentinel) gets (x_t, c_{t-1}).
         memory = {"memory": (emb, state.c)} if getattr(self.attention, "takes_memory", False) else {}
         context, weights = self.attention(state.h, prepared, **memory)  # (B, Dv), (B, N)
@@ -118,8 +120,10 @@ class LSTMDecoder(nn.Module):
         lengths: torch.Tensor | None = None,
         image_index: torch.Tensor | None = None,
         sample_prob: float = 0.0,
+        positions: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Teacher forcing: features (I, N, Df), tokens (B, T) -> logits (B, T, V), weights (B, T, N).
+        """Teacher forcing: features (I, N, Df), tokens (B, T) -> logits (B, T, V), weights
+        (B, T, N); mask (I, N) and positions (I, N, 2) for region features (see prepare).
 
         `sample_prob` > 0 is scheduled sampling: from step 1 on, each row is fed, with that
         probability, the model's own previous prediction (argmax, no gradient through the choice)
@@ -141,7 +145,7 @@ class LSTMDecoder(nn.Module):
             steps_t = torch.arange(steps, device=lengths.device).unsqueeze(1)  # (T, 1)
             # Host copy on purpose: the per-step batch sizes drive the Python loop below.
             counts = (lengths[order].unsqueeze(0) > steps_t).sum(1).tolist()
-        prepared = self.prepare(features, mask)  # (I, ...) once per image
+        prepared = self.prepare(features, mask, positions)  # (I, ...) once per image
         state = self.reorder(self.init_state(prepared, features), index)  # (B, ...) per caption
         emb = self.embed(tokens)  # (B, T, E)
         # T views (B, E) with one backward node for all: indexing emb[:, t] at every step would

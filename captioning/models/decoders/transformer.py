@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention import Prepared, build_attention
+from ..attention import Prepared, build_attention, placed
 
 
 @dataclass
@@ -69,8 +69,9 @@ class DecoderLayer(nn.Module):
         )
         self.drop = nn.Dropout(dropout)
 
-    def prepare(self, features: torch.Tensor, mask: torch.Tensor | None) -> Prepared:
-        return self.cross.prepare(features, mask, values=self.value_proj(features))
+    def prepare(self, features: torch.Tensor, mask: torch.Tensor | None,
+                positions: torch.Tensor | None = None) -> Prepared:
+        return placed(self.cross.prepare(features, mask, values=self.value_proj(features)), positions)
 
     def forward(self, x, prepared, cache=None):
         """x (B, T, D) -> x, new (k, v) cache, cross-attention weights (B, T, N)."""
@@ -147,19 +148,21 @@ class TransformerDecoder(nn.Module):
             raise ValueError(f"caption of {start + t} tokens exceeds decoder.max_len={self.max_len}")
         return self.drop(self.embed(tokens) * math.sqrt(self.d_model) + self.pos[start : start + t])
 
-    def prepare(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> list[Prepared]:
-        """Per-layer cross-attention keys/values, once per image."""
+    def prepare(self, features: torch.Tensor, mask: torch.Tensor | None = None,
+                positions: torch.Tensor | None = None) -> list[Prepared]:
+        """Per-layer cross-attention keys/values, once per image; mask (B, N) and positions
+        (B, N, 2) for region features."""
         if not self.prepare_once:  # naive baseline: raw features, prepared in every _run
-            return [Prepared(features, features, mask) for _ in self.layers]
+            return [Prepared(features, features, mask, positions) for _ in self.layers]
         if self.feature_proj is not None:
             features = self.feature_proj(features)
-        return [layer.prepare(features, mask) for layer in self.layers]
+        return [layer.prepare(features, mask, positions) for layer in self.layers]
 
     def _layer_keys(self, i: int, prepared: Prepared) -> Prepared:
         if self.prepare_once:
             return prepared
         features = prepared.keys if self.feature_proj is None else self.feature_proj(prepared.keys)
-        return self.layers[i].prepare(features, prepared.mask)
+        return self.layers[i].prepare(features, prepared.mask, prepared.positions)
 
     def init_state(self, prepared: list[Prepared], features: torch.Tensor) -> TransformerState:
         b = features.shape[0]
@@ -200,7 +203,8 @@ class TransformerDecoder(nn.Module):
         pick = lambda t: t.index_select(0, index)  # noqa: E731
         return state.map(pick, None if images is None else lambda t: t[images])
 
-    def forward(self, features, tokens, mask=None, lengths=None, image_index=None, sample_prob=0.0):
+    def forward(self, features, tokens, mask=None, lengths=None, image_index=None, sample_prob=0.0,
+                positions=None):
         """Teacher forcing: features (I, N, Df), tokens (B, T) -> logits (B, T, V), weights
         (B, T, N). `image_index` (B,) maps captions to images (default: caption i <-> image i).
 
@@ -217,10 +221,11 @@ class TransformerDecoder(nn.Module):
         """
         if sample_prob > 0:
             with torch.no_grad():
-                first, _ = self.forward(features, tokens, mask, lengths, image_index)  # (B, T, V)
+                first, _ = self.forward(features, tokens, mask, lengths, image_index,
+                                        positions=positions)  # (B, T, V)
             use = torch.rand(tokens[:, 1:].shape, device=tokens.device) < sample_prob
             tokens = torch.cat([tokens[:, :1], torch.where(use, first[:, :-1].argmax(-1), tokens[:, 1:])], 1)
-        prepared = self.prepare(features, mask)  # (I, ...) once per image
+        prepared = self.prepare(features, mask, positions)  # (I, ...) once per image
         batch, steps = tokens.shape
         index = torch.arange(batch, device=tokens.device) if image_index is None else image_index
         if lengths is None or self.length_buckets <= 1:

@@ -1,0 +1,401 @@
+"""Precomputed features (encoder=precomputed): features someone already has (bottom-up region
+features, CLIP/ViT grid features), read from files named by image id and copied once into a
+feature store (data/store.py). Training then reads them as it reads extracted ones: memory-mapped
+rows, never the dataset in RAM; the store's manifest makes an interrupted copy resume.
+
+Formats (`encoder.format`; auto picks one from what `encoder.path` is):
+  npy_dir  a folder of <image_id>.npy, each (N, C): N regions or grid cells of width C; boxes,
+           if any, in `encoder.boxes_path`, a folder of <image_id>.npy (N, 4).
+  npz_dir  a folder of <image_id>.npz holding `features_key` (N, C) and, if present,
+           `boxes_key` (N, 4) (or boxes in `encoder.boxes_path`, as bottom-up feature folders
+           keep them).
+  npz      one .npz written by np.savez (uncompressed: its members are memory-mapped, never
+           read whole) with `ids` (I,), `features_key` (I, N, C), or ragged (sum of N, C) with
+           `counts` (I,), and optionally `boxes_key` laid out like the features, 4 wide.
+Why these three: numpy reads them with nothing to install; one file per image is what feature
+extraction scripts write; one uncompressed .npz maps without a copy. HDF5 needs h5py, which is
+not a dependency; docs/precomputed_features.md converts one in a short loop.
+
+Boxes are (x1, y1, x2, y2) normalised to [0, 1] by the image's width and height. Regions are
+padded to the dataset's most regions; the store's `counts` (regions per row) becomes each
+batch's mask, so padding gets exactly zero attention.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from ..errors import UserError
+from ..provenance import fingerprint
+from .karpathy import ImageRecord
+from .store import FeatureStore, LazyFeatures
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("npy_dir", "npz_dir", "npz")
+BATCH = 256  # rows copied per store write
+
+
+class RegionFeatures(LazyFeatures):
+    """A store's features (rows, N, C) with, per row, how many of the N are real (`counts`,
+    (rows,) int32, held in RAM: 4 bytes a row) and their boxes (`boxes`, (rows, N, 4)
+    memory-mapped, or None). `grid`: the N are a square grid of cells (CLIP/ViT), not regions."""
+
+    def __init__(self, path: Path, shape, counts: np.ndarray, boxes: LazyFeatures | None,
+                 grid: bool = False) -> None:
+        super().__init__(path, shape)
+        self.counts, self.boxes, self.grid = counts, boxes, grid
+
+    def __getstate__(self) -> dict:
+        return {**super().__getstate__(), "counts": self.counts, "boxes": self.boxes, "grid": self.grid}
+
+
+def _npy_header(f) -> tuple[tuple[int, ...], np.dtype, int, bool]:
+    """(shape, dtype, offset of the data, Fortran order) of the .npy whose header starts at
+    f's position."""
+    start = f.tell()
+    version = np.lib.format.read_magic(f)
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, fortran, dtype = read(f)
+    return shape, dtype, f.tell() - start, fortran
+
+
+class Source:
+    """Per-image arrays by id, in one of FORMATS: `ids`, `shape(id)` (reads a header only),
+    `read(id)` -> (features (N, C), boxes (N, 4) or None), `where(id)` (for messages)."""
+
+    def __init__(self, enc: dict) -> None:
+        if enc.get("path") in (None, "", "???"):
+            raise UserError("encoder=precomputed needs encoder.path=<a folder of <image_id>.npy or "
+                            ".npz files, or one .npz file> (docs/precomputed_features.md)")
+        self.path = Path(enc["path"]).expanduser()
+        if not self.path.exists():
+            raise UserError(f"encoder.path={self.path}: no such file or folder")
+        fmt = enc.get("format") or "auto"
+        if fmt == "auto":
+            fmt = "npz" if self.path.is_file() else (
+                "npz_dir" if next(self.path.glob("*.npz"), None) else "npy_dir")
+        if fmt not in FORMATS:
+            raise UserError(f"encoder.format={fmt!r}: must be auto or one of {', '.join(FORMATS)}")
+        self.format, self.features_key = fmt, enc.get("features_key") or "features"
+        self.boxes_key = enc.get("boxes_key")
+        self.boxes_path = Path(enc["boxes_path"]).expanduser() if enc.get("boxes_path") else None
+        if self.boxes_path is not None and not self.boxes_path.is_dir():
+            raise UserError(f"encoder.boxes_path={self.boxes_path}: not a folder of <image_id>.npy boxes")
+        if fmt == "npz":
+            self._open_file()
+        else:
+            if not self.path.is_dir():
+                raise UserError(f"encoder.path={self.path} is a file; encoder.format={fmt} reads a folder")
+            suffix = ".npy" if fmt == "npy_dir" else ".npz"
+            self.files = {p.name[: -len(suffix)]: Path(p.path) for p in os.scandir(self.path)
+                          if p.name.endswith(suffix)}
+            if not self.files:
+                raise UserError(f"encoder.path={self.path}: no *{suffix} files (encoder.format={fmt})")
+            self.ids = set(self.files)
+
+    # -- one .npz file -----------------------------------------------------------------------
+    def _member(self, name: str) -> np.ndarray | None:
+        """Member `name` of the .npz, memory-mapped (None if absent); compressed members are
+        refused (reading them means decompressing the whole array into RAM)."""
+        info = self._zip.NameToInfo.get(f"{name}.npy")
+        if info is None:
+            return None
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise UserError(f"encoder.path={self.path}: member {name!r} is compressed (np.savez_compressed); "
+                            "write it with np.savez (uncompressed, so it can be memory-mapped) or "
+                            "use a folder of per-image files")
+        with open(self.path, "rb") as f:
+            f.seek(info.header_offset)
+            local = f.read(30)  # the zip local file header: name and extra lengths at 26..30
+            f.seek(info.header_offset + 30 + int.from_bytes(local[26:28], "little")
+                   + int.from_bytes(local[28:30], "little"))
+            start = f.tell()
+            shape, dtype, header, fortran = _npy_header(f)
+        return np.memmap(self.path, dtype=dtype, mode="r", offset=start + header, shape=shape,
+                         order="F" if fortran else "C")
+
+    def _open_file(self) -> None:
+        try:
+            self._zip = zipfile.ZipFile(self.path)
+        except zipfile.BadZipFile:
+            raise UserError(f"encoder.path={self.path}: not an .npz file (encoder.format=npz)") from None
+        ids, feats = self._member("ids"), self._member(self.features_key)
+        if ids is None or feats is None:
+            raise UserError(f"encoder.path={self.path}: needs arrays 'ids' and {self.features_key!r} "
+                            f"(has {', '.join(n[:-4] for n in self._zip.namelist())}); "
+                            "see encoder.features_key")
+        names = [str(i) for i in np.asarray(ids).tolist()]
+        if len(set(names)) != len(names):
+            raise UserError(f"encoder.path={self.path}: 'ids' repeats ids; each image once")
+        counts = self._member("counts")
+        if counts is None:
+            if feats.ndim != 3 or len(feats) != len(names):
+                raise UserError(f"encoder.path={self.path}: {self.features_key!r} is {feats.shape}; with "
+                                f"{len(names)} ids it must be ({len(names)}, N, C), or (sum of N, C) "
+                                "with a 'counts' array")
+            self._spans = {n: (k, None) for k, n in enumerate(names)}
+        else:
+            counts = np.asarray(counts, dtype=np.int64)
+            if len(counts) != len(names) or feats.ndim != 2 or counts.sum() != len(feats):
+                raise UserError(f"encoder.path={self.path}: 'counts' ({counts.shape}, sum "
+                                f"{counts.sum()}) does not match 'ids' ({len(names)}) and "
+                                f"{self.features_key!r} {feats.shape}")
+            starts = np.concatenate([[0], np.cumsum(counts)])
+            self._spans = {n: (int(starts[k]), int(starts[k + 1])) for k, n in enumerate(names)}
+        self._feats = feats
+        self._boxes = self._member(self.boxes_key) if self.boxes_key else None
+        self.ids = set(names)
+
+    # -- every format ---------------------------------------------------------------------------
+    def where(self, image_id: str) -> str:
+        return str(self.files[image_id]) if self.format != "npz" else f"{self.path}[{image_id}]"
+
+    def shape(self, image_id: str) -> tuple[int, ...]:
+        if self.format == "npz":
+            a, b = self._spans[image_id]
+            return self._feats.shape[1:] if b is None else (b - a, self._feats.shape[1])
+        with open(self.files[image_id], "rb") as f:
+            if self.format == "npy_dir":
+                return _npy_header(f)[0]
+        with zipfile.ZipFile(self.files[image_id]) as z, z.open(f"{self.features_key}.npy") as f:
+            return _npy_header(f)[0]
+
+    def read(self, image_id: str) -> tuple[np.ndarray, np.ndarray | None]:
+        boxes = None
+        if self.format == "npz":
+            a, b = self._spans[image_id]
+            feats = self._feats[a] if b is None else self._feats[a:b]
+            if self._boxes is not None:
+                boxes = self._boxes[a] if b is None else self._boxes[a:b]
+        elif self.format == "npy_dir":
+            feats = np.load(self.files[image_id])
+        else:
+            with np.load(self.files[image_id]) as z:
+                feats = z[self.features_key]
+                if self.boxes_key and self.boxes_key in z.files:
+                    boxes = z[self.boxes_key]
+        if self.boxes_path is not None:
+            boxes = np.load(self.boxes_path / f"{image_id}.npy")
+        return np.asarray(feats), None if boxes is None else np.asarray(boxes)
+
+    @property
+    def has_boxes(self) -> bool:
+        if self.boxes_path is not None:
+            return True
+        if self.format == "npz":
+            return self._boxes is not None
+        if self.format == "npz_dir" and self.boxes_key:
+            with np.load(next(iter(self.files.values()))) as z:
+                return self.boxes_key in z.files
+        return False
+
+    def key(self, ids: list[str]) -> str:
+        """What the store is keyed by: the files the rows come from (name and size, so a
+        replaced file is noticed), or the one file's size and mtime, and the arrays read."""
+        if self.format == "npz":
+            st = self.path.stat()
+            items = [self.path.name, st.st_size, st.st_mtime_ns]
+        else:
+            items = [[i, self.files[i].stat().st_size] if i in self.files else [i, None] for i in ids]
+        boxes = [self.boxes_path.name if self.boxes_path else None, self.boxes_key]
+        return fingerprint([self.format, self.features_key, boxes, items])
+
+
+def feature_width(enc: dict) -> int:
+    """The width C of a precomputed source's features, from one header (config time)."""
+    source = Source(enc)
+    shape = source.shape(next(iter(sorted(source.ids))))
+    if len(shape) != 2:
+        raise UserError(f"encoder.path: {source.where(min(source.ids))} is {shape}; each image's "
+                        "features must be (N, C): N regions or grid cells of C values")
+    return int(shape[1])
+
+
+@dataclass
+class Scan:
+    counts: list[int]  # per record: regions (0: skipped)
+    reasons: list[str]  # per record: "" or why it is skipped
+    width: int
+    unused: int  # feature files no record asked for
+
+
+def scan(source: Source, records: list[ImageRecord], grid: bool = False) -> Scan:
+    """Every record's feature shape from the headers only; refuses (UserError, naming files)
+    what no run could use: widths that differ, arrays that are not (N, C), no record with
+    features at all, a `grid` that is not one square grid. Records without features are
+    skipped with their reason."""
+    counts, reasons, widths, bad = [], [], {}, []
+    for r in records:
+        image_id = str(r.image_id)
+        if image_id not in source.ids:
+            counts.append(0)
+            reasons.append(f"no features for image id {image_id} in {source.path}")
+            continue
+        shape = source.shape(image_id)
+        if len(shape) != 2:
+            bad.append(f"{source.where(image_id)}: {shape}")
+            counts.append(0)
+            reasons.append("bad shape")
+            continue
+        widths.setdefault(shape[1], []).append(source.where(image_id))
+        counts.append(int(shape[0]))
+        reasons.append("" if shape[0] else f"no regions in {source.where(image_id)}")
+    if bad:
+        raise UserError(f"encoder.path: {len(bad)} feature array(s) are not (N, C): "
+                        + "; ".join(bad[:5]) + (" ..." if len(bad) > 5 else ""))
+    if not widths:
+        sample = ", ".join(sorted(source.ids)[:3])
+        raise UserError(f"encoder.path={source.path}: none of the dataset's {len(records)} image "
+                        f"ids has features (ids look like {str(records[0].image_id)!r}, files like "
+                        f"{sample!r}); files are named by the dataset's image_id")
+    if len(widths) > 1:
+        common = max(widths, key=lambda w: len(widths[w]))
+        odd = "; ".join(f"{len(f)} of width {w} (e.g. {f[0]})" for w, f in widths.items() if w != common)
+        raise UserError(f"encoder.path: features must all have one width; {len(widths[common])} "
+                        f"have {common}, but {odd}")
+    if grid:
+        sizes = {c for c, why in zip(counts, reasons) if not why}
+        side = int(round(next(iter(sizes)) ** 0.5))
+        if len(sizes) > 1 or side * side != next(iter(sizes)):
+            raise UserError(f"encoder.grid=true needs every image's features to be one square grid "
+                            f"of cells (row-major); found {sorted(sizes)[:5]} per image. Region "
+                            "features: encoder.grid=false")
+    missing = sum(1 for why in reasons if why.startswith("no features"))
+    if missing:
+        log.warning("features: %d of %d images have no features in %s (skipped, listed by name)",
+                    missing, len(records), source.path)
+    unused = len(source.ids - {str(r.image_id) for r in records})
+    if unused:
+        log.info("features: %d feature files in %s belong to no image of this dataset (not used)",
+                 unused, source.path)
+    return Scan(counts, reasons, next(iter(widths)), unused)
+
+
+def precomputed_features(records: list[ImageRecord], enc_cfg: dict,
+                         cache_dir: str | Path) -> tuple[RegionFeatures, list[str]]:
+    """The records' precomputed features from their store (copying the rows not copied yet).
+    -> (features with counts and boxes, per record "" or why it is skipped)."""
+    source = Source(enc_cfg)
+    grid = bool(enc_cfg.get("grid"))
+    found = scan(source, records, grid)
+    if enc_cfg.get("dim") not in (None, found.width):
+        raise UserError(f"encoder.dim={enc_cfg['dim']}, but the features in {source.path} are "
+                        f"{found.width} wide (leave encoder.dim=null: it is read from the files)")
+    ids = [str(r.image_id) for r in records]
+    boxes = source.has_boxes
+    most = max(found.counts)
+    spec = {"encoder": "precomputed", "source": source.key(ids), "grid": grid, "boxes": boxes,
+            "images": fingerprint(ids)}
+    extras = {"counts": ((len(records),), "int32")}
+    if boxes:
+        extras["boxes"] = ((len(records), most, 4), "float32")
+    root = Path(cache_dir) / f"store_{fingerprint(spec, length=16)}"
+    store = FeatureStore.open_or_create(root, spec, len(records), most, found.width,
+                                        built={"source": str(source.path)}, extras=extras)
+    if store.complete:
+        log.info("features: loaded from store %s", store.root)
+    else:
+        _copy_into(store, source, ids, found, boxes)
+    counts = np.load(store.root / "counts.npy")  # (rows,): 4 bytes a row
+    reasons = [store_why or scan_why for store_why, scan_why in zip(store.reasons(), found.reasons)]
+    feats = store.features()
+    return RegionFeatures(feats.path, feats.shape, counts, store.extra("boxes"), grid), reasons
+
+
+def _copy_into(store: FeatureStore, source: Source, ids: list[str], found: Scan, boxes: bool) -> None:
+    rows, most, width = store.manifest["shape"]
+    start = store.rows_done
+    log.info("features: copying %d rows of precomputed features from %s -> %s%s", rows - start,
+             source.path, store.root, f" (resuming at row {start})" if start else "")
+    with tqdm(total=rows, initial=start, unit="img", desc="features", dynamic_ncols=True) as bar:
+        for first in range(start, rows, BATCH):
+            last = min(first + BATCH, rows)
+            feats = np.zeros((last - first, most, width), np.float16)
+            counts = np.zeros(last - first, np.int32)
+            box = np.zeros((last - first, most, 4), np.float32)
+            reasons = []
+            for k, row in enumerate(range(first, last)):
+                why = found.reasons[row]
+                if not why:
+                    why = _read_row(source, ids[row], boxes, feats[k], box[k])
+                    counts[k] = 0 if why else found.counts[row]
+                reasons.append(why)
+            extras = {"counts": counts, **({"boxes": box} if boxes else {})}
+            store.write(first, feats, reasons, extras)
+            bar.update(last - first)
+
+
+def _read_row(source: Source, image_id: str, boxes: bool, out: np.ndarray, out_boxes: np.ndarray) -> str:
+    """One image's features into out (N_max, C) (float16) and boxes into out_boxes; "" or why
+    the row is skipped. Boxes that are not normalised are refused: every file would be wrong."""
+    feats, box = source.read(image_id)
+    n = len(feats)
+    half = feats.astype(np.float16)
+    if not np.isfinite(half).all():  # NaN, inf, or beyond float16's range (65504)
+        return f"NaN or inf in the features of {source.where(image_id)}"
+    out[:n] = half
+    if boxes:
+        if box is None or box.shape != (n, 4):
+            got = None if box is None else box.shape
+            return f"boxes of {source.where(image_id)} are {got}, want ({n}, 4)"
+        if not np.isfinite(box).all():
+            return f"NaN or inf in the boxes of {source.where(image_id)}"
+        if box.min() < -1e-3 or box.max() > 1 + 1e-3:
+            raise UserError(f"boxes of {source.where(image_id)} reach {box.min():.3g}..{box.max():.3g}: "
+                            "boxes must be (x1, y1, x2, y2) divided by the image's width and height "
+                            "(normalised to [0, 1])")
+        out_boxes[:n] = box
+    return ""
+
+
+def resolve_source(enc: dict, attention: dict) -> int:
+    """Before any work (training's first step): the source exists and is readable, its width
+    (-> encoder.dim), and attention.position_bias=relative_2d has positions to read: boxes, or
+    one grid (encoder.grid=true)."""
+    width = feature_width(enc)
+    if enc.get("dim") not in (None, width):
+        raise UserError(f"encoder.dim={enc['dim']}, but the features in {enc['path']} are {width} "
+                        "wide (leave encoder.dim=null: it is read from the files)")
+    wants_positions = "relative_2d" in (attention.get("position_bias"),
+                                        (attention.get("base_args") or {}).get("position_bias"))
+    if wants_positions and not enc.get("grid") and not Source(enc).has_boxes:
+        raise UserError("attention.position_bias=relative_2d reads each region's position, and "
+                        f"{enc['path']} has no boxes (encoder.boxes_key / encoder.boxes_path); give "
+                        "the boxes, set encoder.grid=true for grid features, or position_bias=none")
+    return width
+
+
+def read_feature_file(path: Path, enc: dict) -> tuple[np.ndarray, np.ndarray | None]:
+    """One image's features from its own file (caption.py): <id>.npy (N, C) or <id>.npz with
+    `features_key` (and `boxes_key`), float16, checked as training checks its rows. ValueError:
+    why the file cannot be captioned."""
+    path = Path(path)
+    try:
+        if path.suffix == ".npz":
+            with np.load(path) as z:
+                if enc["features_key"] not in z.files:
+                    raise ValueError(f"no array {enc['features_key']!r} (encoder.features_key) in it")
+                feats = z[enc["features_key"]]
+                boxes = z[enc["boxes_key"]] if enc.get("boxes_key") in z.files else None
+        elif path.suffix == ".npy":
+            feats, boxes = np.load(path), None
+        else:
+            raise ValueError("not a .npy or .npz feature file")
+    except (OSError, zipfile.BadZipFile) as err:
+        raise ValueError(f"unreadable ({err})") from None
+    if feats.ndim != 2 or feats.shape[1] != enc["dim"]:
+        raise ValueError(f"features are {feats.shape}; this model reads (N, {enc['dim']})")
+    feats = feats.astype(np.float16)
+    if not np.isfinite(feats).all():
+        raise ValueError("NaN or inf in the features")
+    if boxes is not None and boxes.shape != (len(feats), 4):
+        raise ValueError(f"boxes are {boxes.shape}, want ({len(feats)}, 4)")
+    return feats, None if boxes is None else boxes.astype(np.float32)
