@@ -247,3 +247,35 @@ def test_grid_features_keep_the_grid_modes(records, tmp_path):
     np.save(tmp_path / "grid" / f"{ids[0]}.npy", np.zeros((8, WIDTH), np.float16))
     with pytest.raises(UserError, match="square grid"):
         scan(Source(_enc({"path": str(tmp_path / "grid"), "grid": True})), recs, grid=True)
+
+
+def test_an_interrupted_copy_resumes_where_it_stopped(records, tmp_path, monkeypatch):
+    """The copy into the store is written in row order under its manifest: killed midway (here
+    an exception at row 40), the next run continues at the first row not counted and ends with
+    the same store as one uninterrupted copy."""
+    import captioning.data.precomputed as pc
+
+    recs, _ = records
+    enc = _enc(write_features([r.image_id for r in recs], tmp_path / "feats", "npz_dir"))
+    enc["features_key"] = "feat"
+    whole, _ = precomputed_features(recs, enc, tmp_path / "whole")
+    monkeypatch.setattr(pc, "BATCH", 16)
+    real, seen = pc._read_row, []
+
+    def dies_at_row_40(source, image_id, *args):
+        if len(seen) == 40:
+            raise KeyboardInterrupt
+        seen.append(image_id)
+        return real(source, image_id, *args)
+
+    monkeypatch.setattr(pc, "_read_row", dies_at_row_40)
+    with pytest.raises(KeyboardInterrupt):
+        precomputed_features(recs, enc, tmp_path / "cut")
+    store = next((tmp_path / "cut").glob("store_*"))
+    assert json.loads((store / "manifest.json").read_text())["rows_done"] == 32  # two whole batches
+    monkeypatch.setattr(pc, "_read_row", lambda *a: (seen.append(a[1]), real(*a))[1])
+    again, _ = precomputed_features(recs, enc, tmp_path / "cut")
+    assert len(seen) == 40 + len(recs) - 32  # rows 32.. read once more, nothing before
+    assert np.array_equal(np.asarray(again[:]), np.asarray(whole[:]))
+    assert np.array_equal(again.counts, whole.counts)
+    assert np.array_equal(np.asarray(again.boxes[:]), np.asarray(whole.boxes[:]))
