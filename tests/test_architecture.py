@@ -1,4 +1,4 @@
-"""The import order between the packages (README "Architecture"), read from the source."""
+"""The import order between the packages (docs/architecture.md), read from the source."""
 
 from __future__ import annotations
 

@@ -167,10 +167,10 @@ def test_the_readme_table_lists_every_mode_with_its_parameter_count():
     from captioning.models import ATTENTIONS
 
     root = Path(__file__).resolve().parents[1]
-    readme = (root / "README.md").read_text()
+    readme = (root / "docs" / "model.md").read_text()
     for name in ATTENTIONS:
         row = re.search(rf"^\| `{name}` \|[^|]*\| ([\d,]+)", readme, re.M)
-        assert row, f"no README row for attention={name}"
+        assert row, f"no docs/model.md row for attention={name}"
         cfg = yaml.safe_load((root / "conf" / "attention" / f"{name}.yaml").read_text())
         cfg.pop("name")
         with torch.device("meta"):

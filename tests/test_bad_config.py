@@ -1,6 +1,6 @@
 """The bad-config corpus: every mistake the config alone shows fails in train() with one clear
 sentence naming the key, before any data work (a spy on the data preparation entry points
-proves nothing started). The README's "Troubleshooting" section lists the same cases."""
+proves nothing started). docs/troubleshooting.md lists the same cases."""
 
 import os
 import subprocess

@@ -1,12 +1,14 @@
-"""The README's verdict table comes from the committed report: every number in it equals the
-report.json it links to (rounded as printed), so the README cannot drift from the data."""
+"""The verdict table (docs/summary.md, which the README's verdict paragraph links to) comes
+from the committed report: every number in it equals the report.json it links to (rounded as
+printed), so the documented verdict cannot drift from the data."""
 
 import json
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text()
+SUMMARY = ROOT / "docs" / "summary.md"
+README = SUMMARY.read_text()
 DIMS = {"matched (512-d, whitened)": "matched", "mismatched (2048-d, whitened)": "mismatched_whitened",
         "mismatched (2048-d, standardised)": "mismatched"}
 CELL = re.compile(r"\*{0,2}([+-]\d+\.\d)%\*{0,2} \[(-?\d+\.\d), (-?\d+\.\d)\] / \[(-?\d+\.\d), (-?\d+\.\d)\]")
@@ -14,7 +16,7 @@ CELL = re.compile(r"\*{0,2}([+-]\d+\.\d)%\*{0,2} \[(-?\d+\.\d), (-?\d+\.\d)\] / 
 
 def _verdict_table() -> tuple[Path, list[str], list[list[str]]]:
     section = README.split("### The comparison's verdict", 1)[1]
-    report = re.search(r"\]\((results/[^)]+/report\.md)\)", section).group(1)
+    report = re.search(r"\]\(\.\./(results/[^)]+/report\.md)\)", section).group(1)
     rows = [line for line in section.split("\n\n", 3)[2].splitlines() if line.startswith("|")]
     header = [c.strip() for c in rows[0].strip("|").split("|")]
     body = [[c.strip() for c in r.strip("|").split("|")] for r in rows[2:]]
@@ -42,10 +44,10 @@ def test_every_number_in_the_verdict_table_is_the_reports():
 
 
 def test_the_check_fails_on_a_changed_number(monkeypatch):
-    """Negative control: one digit changed in the README's table is caught."""
+    """Negative control: one digit changed in the table is caught."""
     import sys
 
-    original = (ROOT / "README.md").read_text()
+    original = SUMMARY.read_text()
     changed = original.replace("+15.0%** [13.6, 16.5]", "+15.1%** [13.6, 16.5]", 1)
     assert changed != original
     monkeypatch.setattr(sys.modules[__name__], "README", changed)

@@ -1,0 +1,57 @@
+"""Every link in README.md, data/README.md and docs/ resolves: the file exists (relative to the
+page, as GitHub reads it) and an #anchor names a heading of the page it points into. The
+README stays a ten-minute read (at most 250 lines): everything else has its page in docs/."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", ROOT / "data" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's heading ids: lower case, punctuation other than - and _ dropped, spaces -> -."""
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"(?m)^#{1,6} (.+)$", text)}
+
+
+def links(page: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)  # code is not a link
+    return [a or b for a, b in LINK.findall(text)]
+
+
+def broken(page: Path) -> list[str]:
+    bad = []
+    for target in links(page):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists():
+            bad.append(f"{target}: no such file")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            bad.append(f"{target}: no heading #{anchor} in {dest.name}")
+    return bad
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_every_link_resolves(page):
+    assert broken(page) == []
+
+
+def test_a_broken_link_is_caught(tmp_path):
+    """Negative control: a missing file and a missing heading are both reported."""
+    page = tmp_path / "page.md"
+    (tmp_path / "other.md").write_text("# Title\n## A section\n")
+    page.write_text("[a](other.md#a-section) [b](missing.md) [c](other.md#nope) [d](#here)\n## Here\n")
+    assert [b.split(":")[0] for b in broken(page)] == ["missing.md", "other.md#nope"]
+
+
+def test_the_readme_is_a_ten_minute_read():
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 250
