@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .models.attention.position import grid_side
+
 SCALES = ("shared", "panel")  # media.attention_scale / caption.py attention_scale
 DIM = 0.8  # opacity of the black shade at weight 0: low attention keeps 20 % of its brightness
 CONTOUR = "#00e5ff"  # one hue that no built-in object colour uses
@@ -42,10 +44,7 @@ def _pyplot():
 
 def _grids(weights: torch.Tensor) -> np.ndarray:
     """weights (L, N) with N a square grid -> (L, side, side) float64 array."""
-    n = weights.shape[-1]
-    side = math.isqrt(n)
-    if side * side != n:
-        raise ValueError(f"attention over {n} positions is not a square grid")
+    side = grid_side(weights.shape[-1], "an attention figure")
     return weights.detach().float().cpu().numpy().reshape(-1, side, side).astype(np.float64)
 
 

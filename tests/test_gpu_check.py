@@ -38,6 +38,7 @@ def test_gpu_check_on_cpu(tmp_path):
             for m in ("additive", "dot", "additive+self_attention")}
         for t in bench["train"].values():  # derived figures follow from the timings
             assert t["min_s"] <= t["median_s"] <= t["max_s"]
-            assert abs(t["captions_per_s"] * t["median_s"] - bench["config"]["batch"]) < 1e-6 * bench["config"]["batch"]
+            batch = bench["config"]["batch"]
+            assert abs(t["captions_per_s"] * t["median_s"] - batch) < 1e-6 * batch
         assert (tmp_path / "check" / f"bench_{precision}.md").read_text() in md
     assert md.index("## Benchmark, bf16") < md.index("## Benchmark, fp32")

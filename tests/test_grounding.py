@@ -22,13 +22,13 @@ def test_grounding_on_a_constructed_case():
     # "red" -> red box (mass 1); "blue" -> blue box (mass 0: it still looks at red);
     # "circle" is carried by both objects: ambiguous, not counted; "a", "and" name nothing.
     weights = [torch.stack([uniform, on_red, on_red, uniform, uniform, on_red, uniform])]
-    out = attention_grounding(captions, weights, [[red, blue]], 128, "test/")
+    out = attention_grounding(captions, weights, [[red, blue]], 128, 4, "test/")
     assert out["test/grounding_words"] == 2
     assert out["test/grounding"] == pytest.approx(0.5)  # (1 + 0) / 2
     assert out["test/grounding_uniform"] == pytest.approx(0.25)  # each box is a quarter
     assert out["test/grounding_ratio"] == pytest.approx(2.0)
     # Uniform attention gets exactly the uniform share.
-    flat = attention_grounding(captions, [uniform.expand(7, n)], [[red, blue]], 128)
+    flat = attention_grounding(captions, [uniform.expand(7, n)], [[red, blue]], 128, 4)
     assert flat["grounding"] == pytest.approx(flat["grounding_uniform"])
     # No boxes (real datasets): nothing to report.
-    assert attention_grounding(captions, weights, [[{"colour": "red"}]], 128) == {}
+    assert attention_grounding(captions, weights, [[{"colour": "red"}]], 128, 4) == {}

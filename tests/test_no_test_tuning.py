@@ -122,7 +122,8 @@ def test_a_split_file_that_puts_training_images_into_test_is_refused(tmp_path):
 def test_no_example_overlaps():
     """The documented COCO commands evaluate on the Karpathy test split of the file they train
     on, never on a split that holds training (restval) images."""
-    commands = [line for doc in (ROOT / "README.md", ROOT / "data" / "README.md", *(ROOT / "docs").glob("*.md"))
+    pages = (ROOT / "README.md", ROOT / "data" / "README.md", *(ROOT / "docs").glob("*.md"))
+    commands = [line for doc in pages
                 for line in doc.read_text().splitlines() if line.strip().startswith("python ")]
     assert any("evaluate.py" in c for c in commands)
     # one split for a whole COCO file, in an evaluation: the file's restval images are training images

@@ -4,7 +4,6 @@ by everything that determines them; an interrupted extraction resumes where it s
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ from torch.utils.data import DataLoader, Subset
 from tqdm import tqdm
 
 from ..errors import UserError
-from ..models.encoder import ResNetEncoder, autocast_dtype, encoder_dim
+from ..models.encoder import ResNetEncoder, autocast_dtype, encoder_dim, grid_cells
 from ..provenance import cpu_kind, fingerprint
 from .images import MAX_PIXELS, ImageFiles
 from .store import FeatureStore, LazyFeatures, adopt_store, is_complete
@@ -114,7 +113,7 @@ def open_store(cache_dir: str | Path, key_parts: dict, paths: list[Path], enc_cf
                  "encoder.precision=%s extracts its own)", dirs[other], other, want,
                  "bf16" if want == "bfloat16" else "fp32")
         want = other
-    cells = math.ceil(enc_cfg["image_size"] / 32) ** 2  # every ResNet stage rounds up when halving
+    cells = grid_cells(enc_cfg["image_size"])
     # How it was built, recorded but not keyed: the batch changes float sums in the last bits only.
     built = {"batch_size": enc_cfg.get("batch_size", 64), "machine": cpu_kind(),
              "torch": torch.__version__}

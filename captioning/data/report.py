@@ -3,12 +3,12 @@ before training on it, and its feature store built (or resumed) on the way."""
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 
 import numpy as np
 
-from ..models.encoder import encoder_dim
+from ..models.attention.position import grid_side
+from ..models.encoder import encoder_dim, grid_cells
 from .prepare import locate_dataset, read_features
 from .vocab import Vocabulary
 
@@ -28,7 +28,7 @@ def data_report(data_cfg: dict, enc_cfg: dict) -> dict:
     lengths = np.array([len(c) for r in records for c in r.captions])
     train = [c for r in records if r.split == "train" for c in r.captions]
     min_freq = data_cfg.get("min_word_freq", 1)
-    cells = math.ceil(enc_cfg["image_size"] / 32) ** 2
+    cells = grid_cells(enc_cfg["image_size"])
     report = {
         "images": len(records), "images_per_split": dict(splits),
         "captions": int(per_image.sum()),
@@ -40,7 +40,7 @@ def data_report(data_cfg: dict, enc_cfg: dict) -> dict:
         "vocabulary": {"min_word_freq": min_freq, "size": len(Vocabulary.build(train, min_freq))},
         "files": {k: len(v) for k, v in problems.items()},
         "file_examples": {k: v[:5] for k, v in problems.items() if v},
-        "store": {"grid": f"{math.isqrt(cells)}x{math.isqrt(cells)}", "rows": len(records),
+        "store": {"grid": f"{grid_side(cells)}x{grid_side(cells)}", "rows": len(records),
                   "size_gb": round(len(records) * cells * encoder_dim(enc_cfg["name"]) * 2 / 1e9, 2)},
         "estimated_training_ram_gb": round((RAM_BASE_MB + RAM_PER_IMAGE_KB * len(records) / 1024) / 1024, 1),
     }

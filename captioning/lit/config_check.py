@@ -26,7 +26,7 @@ from pytorch_lightning.plugins import CheckpointIO
 from ..errors import UserError
 from ..models.attention import cross_attention_modules
 from ..models.captioner import build_captioner
-from ..models.encoder import ENCODERS, PRECISIONS, encoder_dim, find_weights
+from ..models.encoder import ENCODERS, PRECISIONS, encoder_dim, find_weights, grid_cells
 from ..models.refiner import REFINERS
 from ..paths import conf_dir
 from ..predict import DECODE_DEFAULTS, decode_problems
@@ -413,7 +413,7 @@ def file_problems(cfg: dict, checkpoint_bytes: int) -> list[str]:
     syn = (cfg.get("data") or {}).get("synthetic")
     if syn and enc.get("name") in ENCODERS and enc.get("image_size"):
         images = syn["num_train"] + syn["num_val"] + syn["num_test"]
-        cells = (enc["image_size"] // 32) ** 2
+        cells = grid_cells(enc["image_size"])
         need = images * cells * encoder_dim(enc["name"]) * FEATURE_BYTES
         cache = Path(cfg["data"].get("cache_dir") or out)
         if (free := _free_bytes(cache)) < need:

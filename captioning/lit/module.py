@@ -22,6 +22,7 @@ from ..models.attention import (
     doubly_stochastic_penalty,
     sentinel_weight,
 )
+from ..models.attention.position import grid_side
 from ..models.captioner import build_captioner
 from ..models.losses import cross_entropy
 from ..predict import caption_features, decode_generator, greedy
@@ -218,7 +219,8 @@ class CaptioningModule(pl.LightningModule):
         if grounded and size and self.cfg["encoder"]["name"] != "precomputed":
             metrics.update(attention_grounding(
                 [o["hyp"] for o in grounded], [o["weights"] for o in grounded],
-                [o["objects"] for o in grounded], size, f"{stage}/",
+                [o["objects"] for o in grounded], size,
+                grid_side(grounded[0]["weights"].shape[-1], "grounding"), f"{stage}/",
             ))
         # Every step of every image once: the same numbers from any number of processes.
         total = sum(o["attn_steps"] for o in outputs)

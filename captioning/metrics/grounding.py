@@ -3,8 +3,6 @@ object? Needs per-object boxes (the built-in dataset has them); real datasets re
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ..data.synthetic import COLOURS, SHAPES
@@ -28,20 +26,21 @@ def attention_grounding(
     weights: list[torch.Tensor],
     objects: list[list[dict]],
     image_size: float,
+    side: int,
     prefix: str = "",
 ) -> dict[str, float]:
     """For each generated word that names a colour or shape carried by exactly one object of
     its image: the attention mass inside that object's box (cells weighted by how much of
     them the box covers), against the share uniform attention would give (box area / image).
 
-    captions[i] (L_i words), weights[i] (>= L_i, N) the attention when word t was generated.
+    captions[i] (L_i words), weights[i] (>= L_i, N) the attention when word t was generated,
+    over a side x side grid (N = side^2, row-major; the caller knows the layout).
     -> {grounding, grounding_uniform, grounding_ratio, grounding_words} ({} if no such word).
     """
     mass, uniform = [], []
     for words, w, objs in zip(captions, weights, objects):
         if not objs or "bbox" not in objs[0]:
             continue
-        side = math.isqrt(w.shape[-1])
         for t, word in enumerate(words):
             key = "colour" if word in COLOURS else "shape" if word in SHAPES else None
             owners = [o for o in objs if key and o[key] == word]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,6 +45,12 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 def encoder_dim(name: str) -> int:
     """Channels of the encoder's last stage (the feature width)."""
     return ENCODERS[name].dim
+
+
+def grid_cells(image_size: int) -> int:
+    """Feature cells of a ResNet at `image_size` px: its five stride-2 stages each round up
+    when halving (ceil(size / 32) per side): 128 px -> 16 (4x4), 224 -> 49 (7x7)."""
+    return math.ceil(image_size / 32) ** 2
 
 
 def feature_dim(enc_cfg: dict) -> int:

@@ -8,13 +8,12 @@ is still a mixture of cells and a weight still means "this cell"."""
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .base import CrossAttention, Prepared, build_attention, register
+from .position import grid_side
 
 ADJACENCY = ("grid8", "knn")
 
@@ -22,10 +21,7 @@ ADJACENCY = ("grid8", "knn")
 def grid_neighbours(cells: int, device=None) -> torch.Tensor:
     """(N, N) bool: cell i and j are within one step (8-neighbourhood, self included) on the
     S x S grid (row-major)."""
-    side = math.isqrt(cells)
-    if side * side != cells:
-        raise ValueError(f"attention.adjacency=grid8 needs a square grid of cells, got {cells} "
-                         "positions; use attention.adjacency=knn")
+    side = grid_side(cells, "attention.adjacency=grid8 (else attention.adjacency=knn)")
     rc = torch.stack(torch.meshgrid(torch.arange(side, device=device), torch.arange(side, device=device),
                                     indexing="ij"), -1).reshape(cells, 2)  # (N, 2) row, column
     return (rc[:, None, :] - rc[None, :, :]).abs().amax(-1) <= 1

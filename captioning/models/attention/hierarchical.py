@@ -6,13 +6,13 @@ each block is 2x2 cells and the two levels are nearly one; on 7x7 (224 px) or 14
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from .base import CrossAttention, Prepared, masked_softmax, register
+from .position import grid_side
 
 
 @dataclass
@@ -25,9 +25,7 @@ class HierarchicalPrepared(Prepared):
 def block_membership(cells: int, blocks: int, device=None) -> torch.Tensor:
     """(k*k, N) 0/1: which cells of the S x S grid (N = S*S, row-major) each of the k x k
     blocks holds, with adaptive pooling's bins (they overlap when k does not divide S)."""
-    side = math.isqrt(cells)
-    if side * side != cells:
-        raise ValueError(f"attention=hierarchical needs a square grid of cells, got {cells} positions")
+    side = grid_side(cells, "attention=hierarchical")
     if blocks > side:
         raise ValueError(f"attention.blocks={blocks} exceeds the grid side {side} ({cells} cells): "
                          f"use attention.blocks <= {side} (or a larger encoder.image_size)")

@@ -10,11 +10,22 @@ import torch
 from torch import nn
 
 
+def grid_side(cells: int, needs: str | None = None) -> int | None:
+    """The side S of `cells` = S x S positions, row-major (ResNet and ViT features): the one
+    home of the square-grid rule. Not square: None, or with `needs` (who needs a grid) a
+    ValueError saying so."""
+    side = math.isqrt(cells)
+    if side * side == cells:
+        return side
+    if needs is not None:
+        raise ValueError(f"{needs} needs a square grid of cells, got {cells} positions")
+    return None
+
+
 def grid_coords(n: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(N, 2) row/col of each position, row-major, and (2,) the largest row/col index.
     A square N is a G x G grid (ResNet features); any other N is one row (Luong's 1-D case)."""
-    g = math.isqrt(n)
-    cols = g if g * g == n else n
+    cols = grid_side(n) or n
     idx = torch.arange(n, device=device)
     coords = torch.stack([idx // cols, idx % cols], dim=-1).float()
     return coords, coords.max(0).values
