@@ -9,9 +9,8 @@ from pathlib import Path
 import torch
 
 from .checkpoint import load_ensemble
-from .cpu import configure_cpu
-from .data.features import resolve_device
 from .data.vocab import Vocabulary
+from .device import configure_cpu, resolve_device
 from .models.captioner import Captioner
 
 DECODE_KEYS = ("beam_size", "max_len", "alpha", "block_ngram", "min_len", "sample", "temperature",

@@ -1,5 +1,5 @@
 """Does a trained model's CPU training step slow down on denormal floats, and how much does
-flushing them (captioning/cpu.py, on at every entry point) give back?
+flushing them (captioning/device.py, on at every entry point) give back?
 
     python scripts/measure_denormals.py outputs/train/runs/<run>/checkpoints/last.ckpt \\
         --features data/cache/<store>/features.npy

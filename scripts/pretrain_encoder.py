@@ -19,10 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
-from captioning.cpu import configure_cpu
 from captioning.data.attribute_targets import LABELS, attribute_labels
 from captioning.data.images import ImageFiles
 from captioning.data.prepare import load_dataset_records
+from captioning.device import configure_cpu
 from captioning.errors import ArgumentParser, UserError, report_user_errors
 from captioning.models.encoder import ENCODERS, IMAGENET_MEAN, IMAGENET_STD
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from captioning.cpu import flush_denormals
+from captioning.device import flush_denormals
 
 TINY = 1e-39  # a float32 denormal (the smallest normal is ~1.18e-38)
 

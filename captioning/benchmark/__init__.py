@@ -24,7 +24,7 @@ from dataclasses import fields
 
 import torch
 
-from ..cpu import configure_cpu
+from ..device import configure_cpu, resolve_device
 from ..models.precision import calibrated_dtype
 from ..provenance import cpu_kind, git_commit
 from .config import DTYPES, BenchConfig, config_fields
@@ -40,8 +40,7 @@ def run_benchmark(args: BenchConfig) -> dict:
     sections = set(args.sections.split(","))
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto"
-                          else args.device)
+    device = resolve_device(args.device)
     precision = args.precision
     if precision == "auto":
         auto = calibrated_dtype("decoder") if device.type == "cpu" else torch.bfloat16

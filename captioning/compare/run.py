@@ -12,8 +12,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ..benchmark import BenchConfig, run_benchmark
-from ..cpu import configure_cpu
 from ..data.prepare import load_dataset_records
+from ..device import configure_cpu
 from ..errors import UserError
 from ..gallery import build_gallery
 from .convergence import convergence_markdown, convergence_report, save_curves

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Subset
 from tqdm import tqdm
 
-from ..errors import UserError
+from ..device import resolve_device
 from ..models.encoder import ResNetEncoder, autocast_dtype, encoder_dim, grid_cells
 from ..provenance import cpu_kind, fingerprint
 from .images import MAX_PIXELS, ImageFiles
@@ -30,23 +30,6 @@ def extraction_dtype(device: torch.device, precision: str = "auto") -> torch.dty
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
-
-
-def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """`encoder.device`, the scripts' `device=`: auto = the GPU when there is one (training's
-    `trainer.accelerator=auto` rule), else cpu; or cpu, cuda, cuda:N, as torch names them. A name
-    torch does not know, or a GPU that is not there, is a UserError saying so."""
-    if str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        where = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise UserError(f"device={device!r} is not a device name; use auto, cpu, cuda or cuda:N") from None
-    if where.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"device={device} but torch sees no CUDA GPU here; use device=cpu or auto")
-    if where.type == "cuda" and where.index is not None and where.index >= torch.cuda.device_count():
-        raise UserError(f"device={device} but this machine has {torch.cuda.device_count()} GPU(s)")
-    return where
 
 
 @torch.inference_mode()

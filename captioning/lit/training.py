@@ -18,8 +18,8 @@ from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_only
 
-from ..cpu import configure_cpu
 from ..data.precomputed import resolve_source
+from ..device import configure_cpu
 from ..models.attention import cross_attention_modules
 from ..models.captioner import attention_choice
 from ..provenance import config_hash, cpu_kind, flatten, git_commit

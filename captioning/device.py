@@ -1,11 +1,14 @@
-"""CPU settings every entry point makes once, before torch starts its threads and creates its
-first oneDNN kernel: `configure_cpu()`."""
+"""Where and how torch runs, one home: the CPU settings every entry point makes once, before
+torch starts its threads and creates its first oneDNN kernel (`configure_cpu()`), and which
+device a `device=` / `encoder.device` setting names (`resolve_device`)."""
 
 from __future__ import annotations
 
 import os
 
 import torch
+
+from .errors import UserError
 
 # oneDNN kernels kept ready (its default is 1024). Each matmul shape has its own bf16 kernel; the
 # LSTM decoder's batch shrinks step by step with the captions' lengths, and forward and backward
@@ -33,3 +36,20 @@ def flush_denormals() -> bool:
     point does, through configure_cpu; calling it again is harmless).
     GPUs are unaffected. -> whether this CPU supports it."""
     return torch.set_flush_denormal(True)
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """`encoder.device`, the scripts' `device=`: auto = the GPU when there is one (training's
+    `trainer.accelerator=auto` rule), else cpu; or cpu, cuda, cuda:N, as torch names them. A name
+    torch does not know, or a GPU that is not there, is a UserError saying so."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        where = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise UserError(f"device={device!r} is not a device name; use auto, cpu, cuda or cuda:N") from None
+    if where.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device={device} but torch sees no CUDA GPU here; use device=cpu or auto")
+    if where.type == "cuda" and where.index is not None and where.index >= torch.cuda.device_count():
+        raise UserError(f"device={device} but this machine has {torch.cuda.device_count()} GPU(s)")
+    return where
