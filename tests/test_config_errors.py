@@ -146,3 +146,21 @@ def test_learning_rate_scaling_with_the_process_count():
 
     assert lr_scale("none", 4) == 1.0 and lr_scale("sqrt", 4) == 2.0 and lr_scale("linear", 4) == 4.0
     assert lr_scale("sqrt", 1) == 1.0  # one process: the configured rate, whatever the rule
+
+
+def test_the_karpathy_base_without_a_file_names_the_keys(tmp_path):
+    """data=karpathy is the base the Karpathy presets extend; alone it needs its file."""
+    from conftest import compose_cfg
+    from omegaconf import OmegaConf
+
+    from captioning.data.prepare import resolve_json
+    from captioning.errors import UserError
+
+    data = OmegaConf.to_container(compose_cfg(["data=karpathy"], tmp_path, tmp_path).data, resolve=True)
+    with pytest.raises(UserError, match=r"data.json_path is not set for data=karpathy: data.json_path="):
+        resolve_json(data)
+    flickr = OmegaConf.to_container(compose_cfg(["data=flickr8k"], tmp_path, tmp_path).data)
+    base = OmegaConf.to_container(compose_cfg(["data=karpathy"], tmp_path, tmp_path).data)
+    # the preset is the base with its name and paths: no key of its own, no other value
+    assert {k for k in flickr if flickr[k] != base[k]} == {"name", "json_path", "image_root"}
+    assert flickr.keys() == base.keys()

@@ -52,6 +52,15 @@ def load_records(path: str | Path, image_root: str | Path | None, fmt: str = "ka
             for name, s, image_id, caps in images]
 
 
+def coco_captions(data: dict) -> dict:
+    """A COCO captions file's annotations -> {image_id: [caption, ...]} in file order: the one
+    reading of COCO annotations (training's reader here, score.py's references)."""
+    captions: dict = {}
+    for a in data["annotations"]:
+        captions.setdefault(a["image_id"], []).append(a["caption"])
+    return captions
+
+
 def _coco(path: Path, split_file: str | None, split: str | None) -> list[tuple]:
     data = json.loads(path.read_text())
     if "annotations" not in data or "images" not in data:
@@ -66,9 +75,7 @@ def _coco(path: Path, split_file: str | None, split: str | None) -> list[tuple]:
         for img in read_karpathy(split_file):
             for key in (img.get("cocoid", img["filename"]), img["filename"]):
                 by_id.setdefault(key, []).append(split_of(img))
-    captions: dict = {}
-    for a in data["annotations"]:
-        captions.setdefault(a["image_id"], []).append(a["caption"])
+    captions = coco_captions(data)
     out = []
     for img in data["images"]:
         splits = [split] if split else by_id.get(img["id"], by_id.get(Path(img["file_name"]).name))

@@ -73,10 +73,11 @@ def resolve_json(data_cfg: dict) -> tuple[Path, Path | None]:
     """The dataset JSON (generating the built-in dataset on first use) and the image root."""
     if data_cfg.get("synthetic"):
         return generate(data_cfg["root"], SyntheticConfig(**data_cfg["synthetic"])), None
-    if not data_cfg.get("json_path"):
-        raise UserError(f"data.json_path is not set for data={data_cfg.get('name')}")
+    if data_cfg.get("json_path") in (None, "", "???"):
+        raise UserError(f"data.json_path is not set for data={data_cfg.get('name')}: "
+                        "data.json_path=<dataset JSON> data.image_root=<its images>")
     root = data_cfg.get("image_root")
-    return Path(data_cfg["json_path"]), Path(root) if root else None
+    return Path(data_cfg["json_path"]), Path(root) if root not in (None, "", "???") else None
 
 
 def load_dataset_records(data_cfg: dict) -> tuple[list[ImageRecord], Path, Path]:

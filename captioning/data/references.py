@@ -8,6 +8,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..errors import UserError
+from .formats import coco_captions
 from .karpathy import image_id_of, sentence_text, sentence_tokens, split_of
 from .vocab import tokenize
 
@@ -24,9 +25,9 @@ def load_references(path: str | Path, split: str | None = None) -> tuple[dict, d
     texts: dict = defaultdict(list)
     tokens: dict = defaultdict(list)
     if "annotations" in data:
-        for a in data["annotations"]:
-            texts[a["image_id"]].append(a["caption"])
-            tokens[a["image_id"]].append(tokenize(a["caption"]))
+        for image_id, captions in coco_captions(data).items():
+            texts[image_id] = captions
+            tokens[image_id] = [tokenize(c) for c in captions]
     elif "images" in data and data["images"] and "sentences" in data["images"][0]:
         for img in data["images"]:
             if split and split_of(img) != split:
