@@ -12,7 +12,7 @@ from .data.images import MAX_PIXELS
 from .data.prepare import load_dataset_records, load_features
 from .errors import UserError
 from .metrics import attribute_accuracy
-from .metrics.report import score_captions
+from .metrics.scoring import score_captions
 from .predict import Caption, Predictor
 
 

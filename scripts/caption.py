@@ -9,8 +9,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from captioning.caption_files import caption_images
 from captioning.errors import UserError, report_user_errors
-from captioning.inference import caption_images
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="caption")

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from captioning.errors import report_user_errors
 from captioning.evaluation import evaluate_checkpoint
-from captioning.metrics.report import format_table
+from captioning.metrics.scoring import format_table
 
 log = logging.getLogger("evaluate")
 

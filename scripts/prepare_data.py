@@ -17,7 +17,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from captioning.data.report import data_report, summary
+from captioning.data.dataset_report import data_report, summary
 from captioning.errors import report_user_errors
 
 log = logging.getLogger("prepare_data")

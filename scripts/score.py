@@ -14,7 +14,7 @@ import json
 from captioning.data.references import load_references
 from captioning.errors import ArgumentParser, UserError, report_user_errors
 from captioning.metrics.coco import coco_per_image
-from captioning.metrics.report import format_table, score_captions
+from captioning.metrics.scoring import format_table, score_captions
 
 
 @report_user_errors  # a bad argument or file: one line on stderr, exit status 2

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import TINY, compose_cfg, shrink  # noqa: E402
 
 from captioning.lit import train  # noqa: E402
-from captioning.lit.checkpointing import AtomicCheckpointIO  # noqa: E402
+from captioning.lit.checkpoint_policy import AtomicCheckpointIO  # noqa: E402
 from captioning.lit.datamodule import CaptionDataModule  # noqa: E402
 from captioning.lit.module import CaptioningModule  # noqa: E402
 

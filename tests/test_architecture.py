@@ -23,7 +23,7 @@ LAYERS = {
     "checkpoint": 4,
     "predict": 5,
     "evaluation": 6,
-    "inference": 6,
+    "caption_files": 6,
     "gallery": 7,  # runs side by side as a web page (uses evaluation's decoding and the metrics)
     "lit": 7,  # the only layer that imports pytorch_lightning
     "compare": 8,

@@ -12,7 +12,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "captioning"
 CHECKED = ("models", "lit", "metrics")
 # The scripts' decode paths (evaluate.py, caption.py): they run on the device=... asked for.
-DECODING_FILES = ("predict.py", "inference.py", "evaluation.py")
+DECODING_FILES = ("predict.py", "caption_files.py", "evaluation.py")
 FACTORIES = {"arange", "zeros", "ones", "full", "empty", "tensor", "as_tensor", "rand", "randn",
              "randint", "randperm", "eye", "linspace", "logspace"}
 

@@ -72,8 +72,8 @@ def _overrides(enc: dict) -> list[str]:
 def test_every_layout_trains_evaluates_and_captions(records, tmp_path, fmt):
     """Train (debug=fast) from generated features, then evaluate.py's decode and caption.py's
     captioning from the checkpoint: every caption comes from features, never an image."""
+    from captioning.caption_files import caption_images
     from captioning.evaluation import decode_split
-    from captioning.inference import caption_images
     from captioning.lit.training import train
 
     recs, data = records

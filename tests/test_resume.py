@@ -234,7 +234,7 @@ def test_an_interrupted_write_leaves_the_previous_checkpoint(tmp_path, monkeypat
     is untouched and no temp file is left."""
     import errno
 
-    from captioning.lit.checkpointing import AtomicCheckpointIO
+    from captioning.lit.checkpoint_policy import AtomicCheckpointIO
 
     io = AtomicCheckpointIO()
     target = tmp_path / "last.ckpt"
@@ -249,7 +249,7 @@ def test_an_interrupted_write_leaves_the_previous_checkpoint(tmp_path, monkeypat
         io.save_checkpoint({"state_dict": {"w": torch.zeros(3)}, "global_step": 2}, target)
     assert read_checkpoint(target)["global_step"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
-    from captioning.lit.checkpointing import _UMASK
+    from captioning.lit.checkpoint_policy import _UMASK
 
     assert target.stat().st_mode & 0o777 == 0o666 & ~_UMASK  # a normal file, not mkstemp's 0600
 

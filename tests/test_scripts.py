@@ -16,7 +16,7 @@ from pycocoevalcap.bleu.bleu import Bleu
 from captioning import load_checkpoint
 from captioning.data.vocab import tokenize
 from captioning.evaluation import evaluate_checkpoint
-from captioning.metrics.report import score_captions
+from captioning.metrics.scoring import score_captions
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -144,8 +144,8 @@ def test_evaluate_and_caption_on_the_device_asked_for(run_dir, tmp_path):
     """device=auto is the GPU when there is one (as training), else the CPU: on a CPU machine
     auto and cpu give the same captions; with a GPU, both run (the predictions of cuda may differ
     in the last bits of a beam score, so only their count is compared)."""
+    from captioning.caption_files import caption_images
     from captioning.errors import UserError
-    from captioning.inference import caption_images
 
     ckpt = run_dir / "checkpoints" / "best.ckpt"
     cpu, preds_cpu, _ = evaluate_checkpoint(ckpt, meteor=False, device="cpu")

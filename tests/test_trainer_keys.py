@@ -71,7 +71,7 @@ def test_trainer_plugins_are_honoured():
     the run's own atomic CheckpointIO."""
     from lightning_fabric.plugins.environments import LightningEnvironment
 
-    from captioning.lit.checkpointing import AtomicCheckpointIO
+    from captioning.lit.checkpoint_policy import AtomicCheckpointIO
     from captioning.lit.training import build_trainer
 
     trainer = build_trainer({

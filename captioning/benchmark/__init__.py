@@ -28,8 +28,8 @@ from ..device import configure_cpu, resolve_device
 from ..models.precision import calibrated_dtype
 from ..provenance import cpu_kind, git_commit
 from .config import DTYPES, BenchConfig, config_fields
-from .report import markdown, ratios
 from .sections import bench_decode, bench_encoder, bench_train, matmul_peak
+from .tables import markdown, ratios
 
 __all__ = ["BenchConfig", "config_fields", "markdown", "run_benchmark"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from .images import outside_root
-from .karpathy import ImageRecord
+from .records import ImageRecord
 
 log = logging.getLogger(__name__)
 

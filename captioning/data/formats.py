@@ -18,16 +18,8 @@ import json
 from pathlib import Path
 
 from ..errors import UserError
-from .karpathy import (
-    SPLITS,
-    ImageRecord,
-    check_image_root,
-    image_root_of,
-    load_karpathy,
-    make_record,
-    read_karpathy,
-    split_of,
-)
+from .karpathy import load_karpathy, read_karpathy, split_of
+from .records import SPLITS, ImageRecord, check_image_root, image_root_of, make_record
 
 FORMATS = ("karpathy", "coco", "csv", "jsonl")
 

@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from ..errors import UserError
 from ..provenance import fingerprint
-from .karpathy import ImageRecord
+from .records import ImageRecord
 from .store import FeatureStore, LazyFeatures
 
 log = logging.getLogger(__name__)

@@ -22,8 +22,8 @@ from .checks import check_files, check_splits
 from .features import open_store, stored_features
 from .formats import load_records
 from .images import MAX_PIXELS
-from .karpathy import ImageRecord, image_root_of
 from .precomputed import precomputed_features
+from .records import ImageRecord, image_root_of
 from .store import FeatureStore, LazyFeatures
 from .synthetic import SyntheticConfig, generate
 from .vocab import Vocabulary

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ..errors import UserError
 from .formats import coco_captions
-from .karpathy import image_id_of, sentence_text, sentence_tokens, split_of
+from .karpathy import image_id_of, split_of
+from .records import sentence_text, sentence_tokens
 from .vocab import tokenize
 
 

@@ -1,4 +1,9 @@
-"""LightningModule: teacher-forced cross-entropy, AdamW, decoding + BLEU in val/test."""
+"""The LightningModule. Training: teacher-forced cross-entropy (label smoothing, scheduled
+sampling, the doubly stochastic penalty) or a self-critical step (lit/scst.py), with a guard
+that stops or skips on a non-finite loss. Validation and test: decode (greedy for validation,
+the run's `decode` settings for test) and score (BLEU, CIDEr-D, attribute accuracy, grounding,
+attention statistics), gathered over processes so any number of them gives the same numbers.
+The optimiser and its schedules (with the learning-rate rule for several processes)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from ..device import configure_cpu
 from ..models.attention import cross_attention_modules
 from ..models.captioner import attention_choice
 from ..provenance import config_hash, cpu_kind, flatten, git_commit
-from .checkpointing import AtomicCheckpointIO, RNGState, checkpoint_callbacks, newest_checkpoint
+from .checkpoint_policy import AtomicCheckpointIO, RNGState, checkpoint_callbacks, newest_checkpoint
 from .config_check import OWN_TRAINER_KEYS, check_config
 from .console import EpochLine, quiet_lightning, summary_table
 from .curve import EpochSnapshots, ValidationCurve, snapshot_path

@@ -15,7 +15,7 @@ def score_captions(
 ) -> tuple[dict[str, float], dict[str, str]]:
     """{id: caption}, {id: [reference text]}, {id: [reference tokens]} -> flat metrics and the
     tokenisation each family used. nltk BLEU scores `tokenize(caption)` against the reference
-    tokens (the same tokens training scores: see captioning.data.karpathy); coco-caption
+    tokens (the same tokens training scores: see captioning.data.records); coco-caption
     tokenises the texts itself."""
     ids = list(hypotheses)
     missing = [i for i in ids if i not in references or i not in reference_tokens]

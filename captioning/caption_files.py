@@ -33,15 +33,16 @@ def _caption_feature_files(predictor: Predictor, paths: list[Path], batch_size: 
         ready.append((path, feats, boxes))
     for start in range(0, len(ready), batch_size):
         chunk = ready[start : start + batch_size]
-        n = max(len(f) for _, f, _ in chunk)
-        raw = torch.zeros(len(chunk), n, enc["dim"], dtype=torch.float16)  # (B, N, C)
-        counts = torch.tensor([len(f) for _, f, _ in chunk])
-        regions = {"mask": torch.arange(n) < counts[:, None]}  # (B, N)
-        boxes = torch.zeros(len(chunk), n, 4) if all(b is not None for *_, b in chunk) else None
+        n, where = max(len(f) for _, f, _ in chunk), predictor.device
+        raw = torch.zeros(len(chunk), n, enc["dim"], dtype=torch.float16, device=where)  # (B, N, C)
+        counts = torch.tensor([len(f) for _, f, _ in chunk], device=where)
+        regions = {"mask": torch.arange(n, device=where) < counts[:, None]}  # (B, N)
+        boxed = all(b is not None for *_, b in chunk)
+        boxes = torch.zeros(len(chunk), n, 4, device=where) if boxed else None
         for k, (_, feats, box) in enumerate(chunk):
-            raw[k, : len(feats)] = torch.from_numpy(feats)
+            raw[k, : len(feats)] = torch.from_numpy(feats).to(where)
             if boxes is not None:
-                boxes[k, : len(box)] = torch.from_numpy(box)
+                boxes[k, : len(box)] = torch.from_numpy(box).to(where)
         if boxes is not None:
             regions["boxes"] = boxes
         for (path, _, _), caption in zip(chunk, predictor(raw, regions)):
