@@ -135,6 +135,25 @@ def run_labels(cfg: dict) -> tuple[list[str], str]:
     return tags, suffix
 
 
+def run_loggers(plain: dict, wandb_id: str | None = None) -> list[Logger]:
+    """The run's loggers from its `logger` config, labelled (run_labels: sweep jobs apart by
+    tags and name suffixes); `wandb_id`: the wandb run a resumed run continues."""
+    logger_cfg = dict(plain.get("logger") or {})
+    tags, suffix = run_labels(plain)
+    if "wandb" in logger_cfg:
+        spec = dict(logger_cfg["wandb"])
+        spec["tags"] = [*(spec.get("tags") or []), *tags]
+        if suffix:
+            spec["name"] = f"{spec.get('name') or 'run'}-{suffix}"
+        if wandb_id:  # the same wandb run continues
+            spec["id"] = wandb_id
+        logger_cfg["wandb"] = spec
+    if suffix and "tensorboard" in logger_cfg:  # sweep jobs apart in TensorBoard's run list too
+        tb = logger_cfg["tensorboard"]
+        logger_cfg["tensorboard"] = {**tb, "version": f"{tb.get('version') or 'run'}-{suffix}"}
+    return build_loggers(logger_cfg)
+
+
 def build_loggers(cfg: Mapping | None) -> list[Logger]:
     """Instantiate every logger of the `logger` group ({name: {_target_: ...}}); a builder may
     return None (wandb that could not start), which is dropped."""

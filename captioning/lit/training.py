@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import statistics
 import time
 import warnings
 from pathlib import Path
@@ -14,46 +13,33 @@ import hydra
 import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
-from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_only
 
 from ..data.precomputed import resolve_source
 from ..device import configure_cpu
-from ..models.attention import cross_attention_modules
-from ..models.captioner import attention_choice
 from ..provenance import config_hash, cpu_kind, flatten, git_commit
-from .checkpoint_policy import AtomicCheckpointIO, RNGState, checkpoint_callbacks, newest_checkpoint
+from .checkpoint_policy import AtomicCheckpointIO, newest_checkpoint
 from .config_check import OWN_TRAINER_KEYS, check_config
-from .console import EpochLine, quiet_lightning, summary_table
-from .curve import EpochSnapshots, ValidationCurve, snapshot_path
+from .console import quiet_lightning, summary_table
+from .curve import snapshot_path
 from .datamodule import CaptionDataModule
-from .loggers import build_loggers, finish_wandb, run_labels
-from .media import ValidationMedia
+from .loggers import finish_wandb, run_loggers
 from .mixed import BF16Mixed
 from .module import CaptioningModule
 from .precision import accelerator_type, resolve_precision
+from .results import RunFacts, build_results, cpu_seconds
 from .resume import adopt_run_dir, check_resumable, find_run, load_initial_weights, read_run, write_run
-from .throughput import Throughput
+from .run_callbacks import RunCallbacks
 
 log = logging.getLogger(__name__)
-
-
-def _cpu_seconds() -> float:
-    """CPU time of this process (all threads) and its reaped children (DataLoader workers)."""
-    try:
-        import resource
-    except ImportError:  # Windows: this process only
-        return time.process_time()
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def train(cfg: DictConfig) -> dict:
     """Check the config, prepare data, fit (or resume), test the best checkpoint; write
     results.json and predictions.json."""
     configure_cpu()  # before the first parallel op: torch's threads copy it when created
-    start, cpu_start = time.time(), _cpu_seconds()
+    start, cpu_start = time.time(), cpu_seconds()
     commit = git_commit()  # the code as it was loaded: the tree may change while this runs
     quiet_lightning()
     if cfg.encoder.get("finetune"):  # its BatchNorm layers are in eval mode on purpose
@@ -66,20 +52,9 @@ def train(cfg: DictConfig) -> dict:
     check_config(plain)  # every mistake the config alone shows, before any work
     if plain["trainer"].get("num_threads"):  # before the first op: data prep runs the encoder
         torch.set_num_threads(plain["trainer"]["num_threads"])
+    resume_ckpt = _resume_point(cfg, plain)  # resume=<run>: its checkpoint, and its dir becomes ours
+    plain = _plain(cfg)
     out = Path(plain["paths"]["output_dir"])
-    resume_ckpt = None
-    if plain.get("resume"):
-        run = find_run(plain["resume"], plain, out)
-        resume_ckpt, ckpt = newest_checkpoint(run)
-        check_resumable(ckpt, resume_ckpt, plain)
-        log.info("resuming %s from %s (epoch %s, step %s)", run, resume_ckpt.name,
-                 ckpt.get("epoch"), ckpt.get("global_step"))
-        del ckpt
-        if rank_zero_only.rank == 0:  # DDP children share the dir: one process moves it
-            adopt_run_dir(out, run)
-        with open_dict(cfg):
-            cfg.paths.output_dir = str(run)  # loggers, checkpoints, results: the run's own dir
-        plain, out = _plain(cfg), run
     out.mkdir(parents=True, exist_ok=True)
     run_info = read_run(out) if resume_ckpt else {}
     if not plain["data"].get("synthetic") and not plain["encoder"].get("pretrained"):
@@ -99,48 +74,15 @@ def train(cfg: DictConfig) -> dict:
     if plain.get("init_from"):
         load_initial_weights(module.model, plain["init_from"], datamodule.vocab.itos)
 
-    checkpoints = checkpoint_callbacks(out, plain)
-    best_checkpoint = checkpoints[0]
-    logger_cfg = dict(plain.get("logger") or {})
-    tags, suffix = run_labels(plain)
-    if "wandb" in logger_cfg:
-        spec = dict(logger_cfg["wandb"])
-        spec["tags"] = [*(spec.get("tags") or []), *tags]
-        if suffix:
-            spec["name"] = f"{spec.get('name') or 'run'}-{suffix}"
-        if run_info.get("wandb_id"):  # the same wandb run continues
-            spec["id"] = run_info["wandb_id"]
-        logger_cfg["wandb"] = spec
-    if suffix and "tensorboard" in logger_cfg:  # sweep jobs apart in TensorBoard's run list too
-        tb = logger_cfg["tensorboard"]
-        logger_cfg["tensorboard"] = {**tb, "version": f"{tb.get('version') or 'run'}-{suffix}"}
-    loggers = build_loggers(logger_cfg)
-    throughput, media = Throughput(), ValidationMedia(**plain.get("media", {}))
-    curve = ValidationCurve()
-    snapshot_epochs = list((plain.get("checkpoint") or {}).get("snapshot_epochs") or [])
-    callbacks = [*checkpoints, RNGState(), throughput, media, EpochLine(best_checkpoint), curve,
-                 EpochSnapshots(out, snapshot_epochs)]
-    if loggers:
-        callbacks.append(LearningRateMonitor(logging_interval="step"))
-    # The callbacks group (conf/callbacks/): the user's own, after ours; null entries are off.
-    callbacks += [hydra.utils.instantiate(spec) for spec in (plain.get("callbacks") or {}).values() if spec]
-    stop = plain.get("early_stopping") or {}
-    early = None
-    if stop.get("patience") is not None:
-        early = EarlyStopping(monitor=best_checkpoint.monitor, mode=best_checkpoint.mode,
-                              patience=stop["patience"], min_delta=stop.get("min_delta", 0.0))
-        callbacks.append(early)
+    loggers = run_loggers(plain, run_info.get("wandb_id"))
+    run_cbs = RunCallbacks.from_config(plain, out, bool(loggers))
+    best_checkpoint = run_cbs.best
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg["log_every_n_steps"] = _log_every(trainer_cfg, datamodule)
-    if run_info.get("train_precision") and str(trainer_cfg.get("precision")) == "auto":
-        # a resumed run keeps the precision it started in, whatever a new measurement would say
-        trainer_cfg["precision"] = run_info["train_precision"]
-        precision_source = f"{run_info.get('train_precision_source') or 'auto'} (kept on resume)"
-    else:
-        trainer_cfg["precision"], precision_source = resolve_precision(
-            trainer_cfg, plain, module.model, datamodule.first_train_batches, datamodule.vocab.pad)
+    trainer_cfg["precision"], precision_source = _precision(trainer_cfg, plain, run_info, module,
+                                                            datamodule)
     log.info("training precision: %s (%s)", trainer_cfg["precision"], precision_source)
-    trainer = build_trainer(trainer_cfg, callbacks=callbacks, logger=loggers or False)
+    trainer = build_trainer(trainer_cfg, callbacks=run_cbs.all, logger=loggers or False)
     wandb_ids = [lg.experiment.id for lg in loggers if isinstance(lg, WandbLogger)]
     machines = [*run_info.get("machines", []), cpu_kind()]  # every machine a part of this run trained on
     if trainer.is_global_zero:
@@ -157,77 +99,24 @@ def train(cfg: DictConfig) -> dict:
         logger.log_hyperparams(hparams)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_ckpt)
     # The run's course, read now: testing a checkpoint restores the callbacks' states from it.
-    stopped = early.stopped_epoch if early is not None else 0  # 0-based; 0 = did not stop early
-    course = {"val_curve": list(curve.curve), "epochs_trained": _epochs_trained(trainer),
-              "stopped_early_after": stopped + 1 if stopped else None}
-    best = curve.best(best_checkpoint.monitor, best_checkpoint.mode)
+    course = run_cbs.course(trainer)
     # Test the best checkpoint; when no validation ran (or none improved), test as trained.
     # verbose=False: Lightning's float32 table gives way to ours (console.summary_table)
     test = trainer.test(module, datamodule=datamodule, verbose=False,
                         ckpt_path=best_checkpoint.best_model_path or None)
 
-    cross = cross_attention_modules(module.model.decoder)
     # The test scores as computed (float64), not as logged (Lightning rounds to float32).
-    results = dict(module.metrics.get("test", {})) if test else {}
+    scores = dict(module.metrics.get("test", {})) if test else {}
     predictions = module.test_predictions
-    at_epoch = _test_snapshots(trainer, module, datamodule, out, snapshot_epochs)
-    results.update(
-        wall_time_s=round(time.time() - start, 2),
-        # Compute cost: CPU seconds over all threads (and reaped DataLoader workers); unlike the
-        # wall time, not inflated by a paused (SIGSTOP) or time-shared run. GPU time: wall time.
-        cpu_s=round(_cpu_seconds() - cpu_start, 1),
-        seed=plain["seed"],
-        config_hash=config_hash(plain),
-        git_commit=commit,
-        # Where it ran: results reproduce per CPU kind (bf16 on AMX), not across kinds.
-        machine=cpu_kind(),
-        machines=machines,  # killed and resumed: each part's
-        # On a CPU the thread count splits float sums differently: the last digits reproduce
-        # per CPU kind *and* thread count.
-        threads=torch.get_num_threads(),
-        accelerator=_device_name(trainer.strategy.root_device),
-        # The precision the stored features were extracted in (the store is keyed by it; with
-        # encoder.precision=auto a store of the other precision may have been reused).
-        feature_precision=datamodule.data.features.precision,
-        # The training step's precision (trainer.precision as Lightning ran it).
-        train_precision=str(trainer.precision),
-        train_precision_source=precision_source,  # trainer.precision, or auto's measurement
-        # The captioning model's own weights: decoder and key-side refiner (not the encoder).
-        params=sum(p.numel() for m in (module.model.decoder, module.model.refiner) if m is not None
-                   for p in m.parameters()),
-        attention_params=sum(p.numel() for m in cross for p in m.parameters()),
-        # What `mixed` decided at construction (equals the name for every other mode).
-        attention_resolved=attention_choice(module.model, plain["attention"]["name"]),
-        skipped_images=len(datamodule.data.skipped),
-        skipped_image_files=[f"{path}: {why}" for path, why in datamodule.data.skipped],
-        empty_captions=datamodule.data.empty_captions,
-        nonfinite_skipped_batches=module.nonfinite_skipped,
-        resumed=run_info.get("resumed", 0) + bool(resume_ckpt),
-        # Step timing: the first step carries torch.compile's cost (model.compile=true).
-        first_step_s=round(throughput.step_seconds[0], 3) if throughput.step_seconds else None,
-        median_step_s=(round(statistics.median(throughput.step_seconds), 4)
-                       if throughput.step_seconds else None),
-        train_captions_per_s=(round(c, 2) if (c := throughput.captions_per_s()) else None),
-        media_s=round(sum(media.seconds), 2),
-        # The checkpoint's selection score: what a sweep optimises (train.py returns it), never
-        # a test score. None when no validation ran.
-        monitor=best_checkpoint.monitor,
-        best_score=(None if best_checkpoint.best_model_score is None
-                    else float(best_checkpoint.best_model_score)),
-        # The course of the run: every validation's scores, the epoch best.ckpt is from, how
-        # many epochs ran and whether early stopping ended them (the epoch it stopped after).
-        best_epoch=best["epoch"] if best else None,
-        **course,
-        # Snapshot epochs (checkpoint.snapshot_epochs) tested like best.ckpt; absent: not reached.
-        at_epoch=at_epoch,
-        **{f"decode/{k}": v for k, v in plain["decode"].items()},
-    )
+    at_epoch = _test_snapshots(trainer, module, datamodule, out, run_cbs.snapshot_epochs)
+    results = build_results(
+        scores, plain, trainer=trainer, module=module, data=datamodule.data, cbs=run_cbs,
+        course=course, at_epoch=at_epoch, run=RunFacts(
+            start=start, cpu_start=cpu_start, commit=commit, machines=machines,
+            resumed=run_info.get("resumed", 0) + bool(resume_ckpt),
+            precision_source=precision_source))
     if trainer.is_global_zero:
-        (out / "results.json").write_text(json.dumps(results, indent=2))
-        (out / "predictions.json").write_text(json.dumps(predictions, indent=1))
-        if datamodule.data.skipped:  # one line per skipped file: path <TAB> why
-            (out / "skipped_images.txt").write_text(
-                "".join(f"{path}\t{why}\n" for path, why in datamodule.data.skipped))
+        _write_outputs(out, results, predictions, datamodule.data.skipped)
         best_score = best_checkpoint.best_model_score
         log.info("%s", summary_table(results, plain.get("run_name") or out.name, out,
                                      best_checkpoint.best_model_path, best_checkpoint.monitor,
@@ -237,6 +126,45 @@ def train(cfg: DictConfig) -> dict:
                 finish_wandb(logger, results, out, module.vocab.itos,
                               best_checkpoint.best_model_path)
     return results
+
+
+def _resume_point(cfg: DictConfig, plain: dict) -> Path | None:
+    """resume=<run>: the checkpoint to continue from (checked against this config), with
+    paths.output_dir moved to that run's dir (Hydra's fresh one adopted into it); else None."""
+    if not plain.get("resume"):
+        return None
+    out = Path(plain["paths"]["output_dir"])
+    run = find_run(plain["resume"], plain, out)
+    resume_ckpt, ckpt = newest_checkpoint(run)
+    check_resumable(ckpt, resume_ckpt, plain)
+    log.info("resuming %s from %s (epoch %s, step %s)", run, resume_ckpt.name,
+             ckpt.get("epoch"), ckpt.get("global_step"))
+    if rank_zero_only.rank == 0:  # DDP children share the dir: one process moves it
+        adopt_run_dir(out, run)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(run)  # loggers, checkpoints, results: the run's own dir
+    return resume_ckpt
+
+
+def _precision(trainer_cfg: dict, plain: dict, run_info: dict, module: CaptioningModule,
+               datamodule: CaptionDataModule) -> tuple[str, str]:
+    """The training precision and why: a resumed run keeps the one it started in (whatever a
+    new measurement would say), else trainer.precision (auto: measured, lit/precision.py)."""
+    if run_info.get("train_precision") and str(trainer_cfg.get("precision")) == "auto":
+        return (run_info["train_precision"],
+                f"{run_info.get('train_precision_source') or 'auto'} (kept on resume)")
+    return resolve_precision(trainer_cfg, plain, module.model, datamodule.first_train_batches,
+                             datamodule.vocab.pad)
+
+
+def _write_outputs(out: Path, results: dict, predictions: list[dict],
+                   skipped: list[tuple[str, str]]) -> None:
+    """results.json, predictions.json and, when files were skipped, skipped_images.txt (one
+    line per file: path <TAB> why)."""
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    (out / "predictions.json").write_text(json.dumps(predictions, indent=1))
+    if skipped:
+        (out / "skipped_images.txt").write_text("".join(f"{path}\t{why}\n" for path, why in skipped))
 
 
 def _test_snapshots(trainer: pl.Trainer, module: CaptioningModule, datamodule: CaptionDataModule,
@@ -259,11 +187,6 @@ def _test_snapshots(trainer: pl.Trainer, module: CaptioningModule, datamodule: C
     finally:
         trainer.loggers = loggers
     return scores
-
-
-def _epochs_trained(trainer: pl.Trainer) -> int:
-    """Epochs run to the end (a resumed run counts the killed run's too)."""
-    return trainer.fit_loop.epoch_progress.current.completed
 
 
 def build_trainer(trainer_cfg: dict, **kwargs) -> pl.Trainer:
@@ -304,11 +227,3 @@ def _plain(cfg: DictConfig) -> dict:
     plain = OmegaConf.to_container(cfg, resolve=True)
     plain.pop("hydra", None)
     return plain
-
-
-def _device_name(device: torch.device) -> str | None:
-    """The accelerator's name ("NVIDIA H200", ...) from its torch backend; None on the CPU."""
-    if device.type == "cpu":
-        return None
-    get = getattr(getattr(torch, device.type, None), "get_device_name", None)
-    return get(device) if get else device.type

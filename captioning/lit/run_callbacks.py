@@ -1,0 +1,63 @@
+"""The callbacks a training run is built with, from its config: the checkpoint policy, the
+random-state saver, throughput and media, the epoch line, the validation curve and epoch
+snapshots, the learning-rate monitor (with a logger), early stopping (`early_stopping.patience`)
+and the user's own (the `callbacks` group, after ours); and what they tell about the run's
+course once it is fitted."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import hydra
+import pytorch_lightning as pl
+from pytorch_lightning.callbacks import Callback, EarlyStopping, LearningRateMonitor, ModelCheckpoint
+
+from .checkpoint_policy import RNGState, checkpoint_callbacks
+from .console import EpochLine
+from .curve import EpochSnapshots, ValidationCurve
+from .media import ValidationMedia
+from .throughput import Throughput
+
+
+@dataclass
+class RunCallbacks:
+    best: ModelCheckpoint  # best.ckpt: its monitor selects the checkpoint that is tested
+    throughput: Throughput
+    media: ValidationMedia
+    curve: ValidationCurve
+    snapshot_epochs: list[int]
+    early: EarlyStopping | None
+    all: list[Callback] = field(default_factory=list)  # in the order the Trainer runs them
+
+    @classmethod
+    def from_config(cls, plain: dict, out: Path, logging: bool) -> RunCallbacks:
+        checkpoints = checkpoint_callbacks(out, plain)
+        best = checkpoints[0]
+        throughput, media = Throughput(), ValidationMedia(**plain.get("media", {}))
+        curve = ValidationCurve()
+        snapshot_epochs = list((plain.get("checkpoint") or {}).get("snapshot_epochs") or [])
+        callbacks = [*checkpoints, RNGState(), throughput, media, EpochLine(best), curve,
+                     EpochSnapshots(out, snapshot_epochs)]
+        if logging:
+            callbacks.append(LearningRateMonitor(logging_interval="step"))
+        # The callbacks group (conf/callbacks/): the user's own, after ours; null entries are off.
+        callbacks += [hydra.utils.instantiate(spec) for spec in (plain.get("callbacks") or {}).values()
+                      if spec]
+        stop, early = plain.get("early_stopping") or {}, None
+        if stop.get("patience") is not None:
+            early = EarlyStopping(monitor=best.monitor, mode=best.mode, patience=stop["patience"],
+                                  min_delta=stop.get("min_delta", 0.0))
+            callbacks.append(early)
+        return cls(best, throughput, media, curve, snapshot_epochs, early, callbacks)
+
+    def course(self, trainer: pl.Trainer) -> dict:
+        """The run's course (read after fit and before testing, which restores the callbacks'
+        states from the tested checkpoint): the epoch best.ckpt is from, every validation's
+        scores, how many epochs ran (a resumed run counts the killed run's too) and the epoch
+        early stopping ended the run after (None: it did not)."""
+        stopped = self.early.stopped_epoch if self.early is not None else 0  # 0-based; 0 = not stopped
+        best = self.curve.best(self.best.monitor, self.best.mode)
+        return {"best_epoch": best["epoch"] if best else None, "val_curve": list(self.curve.curve),
+                "epochs_trained": trainer.fit_loop.epoch_progress.current.completed,
+                "stopped_early_after": stopped + 1 if stopped else None}
