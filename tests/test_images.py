@@ -192,11 +192,11 @@ def test_a_flickr_style_folder_trains_and_reports_exactly_the_broken_files(tmp_p
     assert {"café", "lächelnd", "t", "-", "shirt"} <= set(vocab.itos)  # non-ASCII kept
 
 
-def test_every_data_preset_states_the_default_pixel_limit():
-    """conf/data/*.yaml carry the key (so `data.max_image_pixels=...` overrides without +) and
-    its value is the code's default, one number."""
-    import yaml
+def test_every_data_preset_states_the_default_pixel_limit(tmp_path):
+    """conf/data/*.yaml carry the key, themselves or through the base they extend (so
+    `data.max_image_pixels=...` overrides without +), and its value is the code's default."""
+    from conftest import compose_cfg
 
     for preset in sorted((Path(__file__).resolve().parents[1] / "conf" / "data").glob("*.yaml")):
-        conf = yaml.safe_load(preset.read_text())
-        assert conf.get("data", conf)["max_image_pixels"] == MAX_PIXELS, preset.name
+        cfg = compose_cfg([f"data={preset.stem}"], tmp_path, tmp_path)
+        assert cfg.data.max_image_pixels == MAX_PIXELS, preset.name
