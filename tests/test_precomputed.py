@@ -279,3 +279,22 @@ def test_an_interrupted_copy_resumes_where_it_stopped(records, tmp_path, monkeyp
     assert np.array_equal(np.asarray(again[:]), np.asarray(whole[:]))
     assert np.array_equal(again.counts, whole.counts)
     assert np.array_equal(np.asarray(again.boxes[:]), np.asarray(whole.boxes[:]))
+
+
+def test_prepare_data_reports_a_precomputed_set(records, tmp_path):
+    """scripts/prepare_data.py's report over precomputed regions: the store it built, its
+    padded width, and the images without features, by reason."""
+    from captioning.data.dataset_report import data_report, summary
+
+    recs, data = records
+    ids = [r.image_id for r in recs]
+    folder = tmp_path / "feats"
+    enc = _enc(write_features(ids, folder, "npy_dir", regions=(2, 6)))
+    (folder / f"{ids[0]}.npy").unlink()
+    cfg = compose_cfg(BASE, tmp_path / "run", data)
+    data_cfg = {**OmegaConf.to_container(cfg.data, resolve=True), "cache_dir": str(tmp_path / "cache")}
+    report = data_report(data_cfg, {**enc, "normalize": "pca_whiten", "pca_dim": None, "whiten_eps": 0.1})
+    assert report["store"]["grid"] == "up to 5 regions" and report["store"]["rows"] == len(recs)
+    assert report["usable_images"] == len(recs) - 1 and sum(report["skipped"].values()) == 1
+    assert report["skipped_files"][0].endswith(f"no features for image id {ids[0]} in {folder}")
+    assert f"store: {len(recs)} rows x up to 5 regions, " in summary(report)

@@ -8,7 +8,6 @@ from collections import Counter
 import numpy as np
 
 from ..models.attention.position import grid_side
-from ..models.encoder import encoder_dim, grid_cells
 from .prepare import locate_dataset, read_features
 from .vocab import Vocabulary
 
@@ -28,7 +27,6 @@ def data_report(data_cfg: dict, enc_cfg: dict) -> dict:
     lengths = np.array([len(c) for r in records for c in r.captions])
     train = [c for r in records if r.split == "train" for c in r.captions]
     min_freq = data_cfg.get("min_word_freq", 1)
-    cells = grid_cells(enc_cfg["image_size"])
     report = {
         "images": len(records), "images_per_split": dict(splits),
         "captions": int(per_image.sum()),
@@ -40,13 +38,15 @@ def data_report(data_cfg: dict, enc_cfg: dict) -> dict:
         "vocabulary": {"min_word_freq": min_freq, "size": len(Vocabulary.build(train, min_freq))},
         "files": {k: len(v) for k, v in problems.items()},
         "file_examples": {k: v[:5] for k, v in problems.items() if v},
-        "store": {"grid": f"{grid_side(cells)}x{grid_side(cells)}", "rows": len(records),
-                  "size_gb": round(len(records) * cells * encoder_dim(enc_cfg["name"]) * 2 / 1e9, 2)},
         "estimated_training_ram_gb": round((RAM_BASE_MB + RAM_PER_IMAGE_KB * len(records) / 1024) / 1024, 1),
     }
     features, reasons = read_features(located)
+    rows, cells, dim = features.shape  # as built: extracted grids, or precomputed regions padded
+    side = grid_side(cells) if getattr(features, "counts", None) is None or features.grid else None
+    report["store"] = {"grid": f"{side}x{side}" if side else f"up to {cells} regions",
+                       "rows": rows, "size_gb": round(rows * cells * dim * 2 / 1e9, 2),
+                       "path": str(features.path)}
     skipped = [(str(r.path), why) for r, why in zip(records, reasons) if why]
-    report["store"]["path"] = str(features.path)
     report["skipped"] = dict(Counter(why.split(" (")[0].split(":")[0] for _, why in skipped))
     report["skipped_files"] = [f"{path}: {why}" for path, why in skipped]
     report["usable_images"] = len(records) - len(skipped)
@@ -68,7 +68,8 @@ def summary(report: dict) -> str:
         f"{report['vocabulary']['size']} words",
         "files: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in report["files"].items()),
         "skipped: " + (", ".join(f"{k} {v}" for k, v in report["skipped"].items()) or "none"),
-        f"store: {report['store']['rows']} rows x {report['store']['grid']} grid, "
+        f"store: {report['store']['rows']} rows x {report['store']['grid']}"
+        f"{'' if 'regions' in report['store']['grid'] else ' grid'}, "
         f"{report['store']['size_gb']} GB at {report['store']['path']}",
         f"estimated training RAM: {report['estimated_training_ram_gb']} GB (docs/benchmarks.md)",
     ]
