@@ -16,16 +16,7 @@ from ..models.captioner import attention_choice
 from ..provenance import config_hash, cpu_kind
 from .module import CaptioningModule
 from .run_callbacks import RunCallbacks
-
-
-def cpu_seconds() -> float:
-    """CPU time of this process (all threads) and its reaped children (DataLoader workers)."""
-    try:
-        import resource
-    except ImportError:  # Windows: this process only
-        return time.process_time()
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+from .throughput import cpu_seconds
 
 
 @dataclass
@@ -62,7 +53,8 @@ def build_results(scores: dict, plain: dict, *, trainer: pl.Trainer, module: Cap
         "wall_time_s": round(time.time() - run.start, 2),
         # Compute cost: CPU seconds over all threads (and reaped DataLoader workers); unlike the
         # wall time, not inflated by a paused (SIGSTOP) or time-shared run. GPU time: wall time.
-        "cpu_s": round(cpu_seconds() - run.cpu_start, 1),
+        # A resumed run's includes its killed parts (course: cpu_s_earlier_parts).
+        "cpu_s": round(course["cpu_s_earlier_parts"] + cpu_seconds() - run.cpu_start, 1),
         "seed": plain["seed"],
         "config_hash": config_hash(plain),
         "git_commit": run.commit,

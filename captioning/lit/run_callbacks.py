@@ -17,7 +17,7 @@ from .checkpoint_policy import RNGState, checkpoint_callbacks
 from .console import EpochLine
 from .curve import EpochSnapshots, ValidationCurve
 from .media import ValidationMedia
-from .throughput import Throughput
+from .throughput import ComputeClock, Throughput
 
 
 @dataclass
@@ -28,17 +28,19 @@ class RunCallbacks:
     curve: ValidationCurve
     snapshot_epochs: list[int]
     early: EarlyStopping | None
+    clock: ComputeClock
     all: list[Callback] = field(default_factory=list)  # in the order the Trainer runs them
 
     @classmethod
-    def from_config(cls, plain: dict, out: Path, logging: bool) -> RunCallbacks:
+    def from_config(cls, plain: dict, out: Path, logging: bool, cpu_start: float) -> RunCallbacks:
         checkpoints = checkpoint_callbacks(out, plain)
         best = checkpoints[0]
         throughput, media = Throughput(), ValidationMedia(**plain.get("media", {}))
         curve = ValidationCurve()
         snapshot_epochs = list((plain.get("checkpoint") or {}).get("snapshot_epochs") or [])
+        clock = ComputeClock(cpu_start)
         callbacks = [*checkpoints, RNGState(), throughput, media, EpochLine(best), curve,
-                     EpochSnapshots(out, snapshot_epochs)]
+                     EpochSnapshots(out, snapshot_epochs), clock]
         if logging:
             callbacks.append(LearningRateMonitor(logging_interval="step"))
         # The callbacks group (conf/callbacks/): the user's own, after ours; null entries are off.
@@ -49,15 +51,17 @@ class RunCallbacks:
             early = EarlyStopping(monitor=best.monitor, mode=best.mode, patience=stop["patience"],
                                   min_delta=stop.get("min_delta", 0.0))
             callbacks.append(early)
-        return cls(best, throughput, media, curve, snapshot_epochs, early, callbacks)
+        return cls(best, throughput, media, curve, snapshot_epochs, early, clock, callbacks)
 
     def course(self, trainer: pl.Trainer) -> dict:
         """The run's course (read after fit and before testing, which restores the callbacks'
         states from the tested checkpoint): the epoch best.ckpt is from, every validation's
         scores, how many epochs ran (a resumed run counts the killed run's too) and the epoch
-        early stopping ended the run after (None: it did not)."""
+        early stopping ended the run after (None: it did not), and the CPU seconds of the run's
+        earlier (killed) parts."""
         stopped = self.early.stopped_epoch if self.early is not None else 0  # 0-based; 0 = not stopped
         best = self.curve.best(self.best.monitor, self.best.mode)
         return {"best_epoch": best["epoch"] if best else None, "val_curve": list(self.curve.curve),
                 "epochs_trained": trainer.fit_loop.epoch_progress.current.completed,
-                "stopped_early_after": stopped + 1 if stopped else None}
+                "stopped_early_after": stopped + 1 if stopped else None,
+                "cpu_s_earlier_parts": round(self.clock.before, 1)}

@@ -1,10 +1,36 @@
-"""Training throughput: captions/s and images/s per optimisation step."""
+"""What a run costs: captions/s and images/s per optimisation step, and the CPU time of the
+whole run, killed and resumed parts included."""
 
 from __future__ import annotations
 
 import time
 
 import pytorch_lightning as pl
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process (all threads) and its reaped children (DataLoader workers)."""
+    try:
+        import resource
+    except ImportError:  # Windows: this process only
+        return time.process_time()
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class ComputeClock(pl.Callback):
+    """The CPU seconds a run has used, kept in every checkpoint, so that a resumed run's cost
+    counts its killed parts (each up to its last checkpoint: what ran after it is redone and
+    counted again). `start`: this process's cpu_seconds() when the run began."""
+
+    def __init__(self, start: float) -> None:
+        self.start, self.before = start, 0.0  # before: the earlier parts' seconds
+
+    def state_dict(self) -> dict:
+        return {"cpu_s": self.before + cpu_seconds() - self.start}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.before = float(state.get("cpu_s", 0.0))
 
 
 class Throughput(pl.Callback):

@@ -28,9 +28,10 @@ from .loggers import finish_wandb, run_loggers
 from .mixed import BF16Mixed
 from .module import CaptioningModule
 from .precision import accelerator_type, resolve_precision
-from .results import RunFacts, build_results, cpu_seconds
+from .results import RunFacts, build_results
 from .resume import adopt_run_dir, check_resumable, find_run, load_initial_weights, read_run, write_run
 from .run_callbacks import RunCallbacks
+from .throughput import cpu_seconds
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ def train(cfg: DictConfig) -> dict:
         load_initial_weights(module.model, plain["init_from"], datamodule.vocab.itos)
 
     loggers = run_loggers(plain, run_info.get("wandb_id"))
-    run_cbs = RunCallbacks.from_config(plain, out, bool(loggers))
+    run_cbs = RunCallbacks.from_config(plain, out, bool(loggers), cpu_start)
     best_checkpoint = run_cbs.best
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg["log_every_n_steps"] = _log_every(trainer_cfg, datamodule)
