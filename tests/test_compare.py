@@ -679,7 +679,7 @@ def test_a_cell_at_its_chosen_rate_is_the_sweep_cell_at_that_rate(tmp_path):
 
 def test_the_sweep_chooses_each_modes_rate_on_validation_alone(tmp_path):
     """The chosen rate is the best validation score's, whatever the test scores say; a mode
-    with a rate still missing a score gets none chosen among those that have one only."""
+    with a rate still missing gets none yet; a choice at the range's edge is flagged."""
     from captioning.compare.sweep import sweep_markdown, sweep_report
 
     def cell(mode, lr, val, test):
@@ -690,13 +690,21 @@ def test_the_sweep_chooses_each_modes_rate_on_validation_alone(tmp_path):
             "stopped_early_after": 12, "test/bleu4": test}))
         return Cell("lstm", "matched", mode, 0, lr), out
 
+    lrs = [1e-3, 3e-3, 1e-2]
     dirs = dict([cell("additive", 1e-3, 0.50, 0.60), cell("additive", 3e-3, 0.52, 0.40),
-                 cell("dot", 1e-3, 0.45, 0.45), cell("dot", 1e-2, 0.44, 0.70)])
-    report = sweep_report(dirs)
+                 cell("additive", 1e-2, 0.49, 0.30),
+                 cell("dot", 1e-3, 0.45, 0.45), cell("dot", 3e-3, 0.44, 0.70),
+                 cell("dot", 1e-2, 0.40, 0.90),
+                 cell("scaled_dot", 1e-3, 0.55, 0.55), cell("scaled_dot", 1e-2, 0.51, 0.30)])
+    report = sweep_report(dirs, lrs)
+    # scaled_dot's 3e-3 has not finished: no rate yet, though 1e-3 leads among those that have
     assert report["rates"] == {"lstm/matched/additive": 3e-3, "lstm/matched/dot": 1e-3}
-    text = sweep_markdown(report, [1e-3, 3e-3, 1e-2])
+    assert [r["edge"] for r in report["rows"]] == [None, "lowest", None]
+    text = sweep_markdown(report, lrs)
     assert "**0.5200 (ep 7/12)**" in text and "lstm/matched/dot: 0.001" in text
-    assert "0.6" not in text and "0.7" not in text  # no test score anywhere
+    assert "| 0.001 (lowest tried) |" in text and "waiting for every rate" in text
+    assert "edge of the range tried" in text and "lstm/matched/dot (lowest)" in text
+    assert "0.6" not in text and "0.7" not in text and "0.9" not in text  # no test score anywhere
 
 
 def _convergence_cells(tmp_path, scores, same_captions=False):

@@ -140,7 +140,7 @@ def _convergence(cfg: DictConfig, spec: dict, dirs: dict[Cell, Path], runner: Gr
     if spec.get("sweep"):
         sweep_cells = expand_grid({**spec, **spec["sweep"]})  # its lrs, dims and seeds
         swept = runner.finished(sweep_cells)
-        report["sweep"] = sweep_report(swept)
+        report["sweep"] = sweep_report(swept, [float(x) for x in spec["sweep"]["lrs"]])
         markdown = ("### Learning rates (experiment=convergence_sweep)\n\n"
                     + sweep_markdown(report["sweep"], [float(x) for x in spec["sweep"]["lrs"]])
                     + f"\n{len(swept)} of {len(sweep_cells)} sweep cells finished.\n\n" + markdown)
@@ -154,7 +154,7 @@ def _convergence(cfg: DictConfig, spec: dict, dirs: dict[Cell, Path], runner: Gr
 
 def _sweep(spec: dict, dirs: dict[Cell, Path], root: Path, train_s: float) -> Path:
     """The sweep's report, sweep_<timestamp>/report.{md,json} under the grid's root."""
-    report = sweep_report(dirs)
+    report = sweep_report(dirs, [float(lr) for lr in spec["lrs"]])
     report["grid_wall_s"] = train_s
     out = root / f"sweep_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
     out.mkdir(parents=True, exist_ok=True)
