@@ -33,6 +33,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..errors import UserError
+from ..models.attention.position import grid_side
 from ..provenance import fingerprint
 from .records import ImageRecord
 from .store import FeatureStore, LazyFeatures
@@ -209,6 +210,13 @@ class Source:
         return fingerprint([self.format, self.features_key, boxes, items])
 
 
+def _check_dim(enc: dict, width: int) -> None:
+    """encoder.dim, when set (a checkpoint's, or the user's), must be the files' width."""
+    if enc.get("dim") not in (None, width):
+        raise UserError(f"encoder.dim={enc['dim']}, but the features in {enc['path']} are {width} "
+                        "wide (leave encoder.dim=null: it is read from the files)")
+
+
 def feature_width(enc: dict) -> int:
     """The width C of a precomputed source's features, from one header (config time)."""
     source = Source(enc)
@@ -263,8 +271,7 @@ def scan(source: Source, records: list[ImageRecord], grid: bool = False) -> Scan
                         f"have {common}, but {odd}")
     if grid:
         sizes = {c for c, why in zip(counts, reasons) if not why}
-        side = int(round(next(iter(sizes)) ** 0.5))
-        if len(sizes) > 1 or side * side != next(iter(sizes)):
+        if len(sizes) > 1 or grid_side(next(iter(sizes))) is None:
             raise UserError(f"encoder.grid=true needs every image's features to be one square grid "
                             f"of cells (row-major); found {sorted(sizes)[:5]} per image. Region "
                             "features: encoder.grid=false")
@@ -286,9 +293,7 @@ def precomputed_features(records: list[ImageRecord], enc_cfg: dict,
     source = Source(enc_cfg)
     grid = bool(enc_cfg.get("grid"))
     found = scan(source, records, grid)
-    if enc_cfg.get("dim") not in (None, found.width):
-        raise UserError(f"encoder.dim={enc_cfg['dim']}, but the features in {source.path} are "
-                        f"{found.width} wide (leave encoder.dim=null: it is read from the files)")
+    _check_dim(enc_cfg, found.width)
     ids = [str(r.image_id) for r in records]
     boxes = source.has_boxes
     most = max(found.counts)
@@ -304,7 +309,7 @@ def precomputed_features(records: list[ImageRecord], enc_cfg: dict,
         log.info("features: loaded from store %s", store.root)
     else:
         _copy_into(store, source, ids, found, boxes)
-    counts = np.load(store.root / "counts.npy")  # (rows,): 4 bytes a row
+    counts = np.asarray(store.extra("counts")[:])  # (rows,) in RAM: 4 bytes a row
     reasons = [store_why or scan_why for store_why, scan_why in zip(store.reasons(), found.reasons)]
     feats = store.features()
     return RegionFeatures(feats.path, feats.shape, counts, store.extra("boxes"), grid), reasons
@@ -337,23 +342,34 @@ def _read_row(source: Source, image_id: str, boxes: bool, out: np.ndarray, out_b
     """One image's features into out (N_max, C) (float16) and boxes into out_boxes; "" or why
     the row is skipped. Boxes that are not normalised are refused: every file would be wrong."""
     feats, box = source.read(image_id)
-    n = len(feats)
+    half, why = _checked(feats, box, boxes, source.where(image_id))
+    if not why:
+        out[: len(half)] = half
+        if boxes:
+            out_boxes[: len(half)] = box
+    return why
+
+
+def _checked(feats: np.ndarray, box: np.ndarray | None, want_boxes: bool,
+             where: str) -> tuple[np.ndarray, str]:
+    """One image's features as float16 and "" or why the image cannot be used (non-finite
+    values, boxes missing or of the wrong shape), for the copy into the store and for
+    caption.py alike. Boxes that are not normalised are refused (UserError): every file of
+    the source would be wrong."""
     half = feats.astype(np.float16)
     if not np.isfinite(half).all():  # NaN, inf, or beyond float16's range (65504)
-        return f"NaN or inf in the features of {source.where(image_id)}"
-    out[:n] = half
-    if boxes:
-        if box is None or box.shape != (n, 4):
-            got = None if box is None else box.shape
-            return f"boxes of {source.where(image_id)} are {got}, want ({n}, 4)"
-        if not np.isfinite(box).all():
-            return f"NaN or inf in the boxes of {source.where(image_id)}"
-        if box.min() < -1e-3 or box.max() > 1 + 1e-3:
-            raise UserError(f"boxes of {source.where(image_id)} reach {box.min():.3g}..{box.max():.3g}: "
-                            "boxes must be (x1, y1, x2, y2) divided by the image's width and height "
-                            "(normalised to [0, 1])")
-        out_boxes[:n] = box
-    return ""
+        return half, f"NaN or inf in the features of {where}"
+    if not want_boxes:
+        return half, ""
+    if box is None or box.shape != (len(half), 4):
+        return half, f"boxes of {where} are {None if box is None else box.shape}, want ({len(half)}, 4)"
+    if not np.isfinite(box).all():
+        return half, f"NaN or inf in the boxes of {where}"
+    if box.min() < -1e-3 or box.max() > 1 + 1e-3:
+        raise UserError(f"boxes of {where} reach {box.min():.3g}..{box.max():.3g}: boxes must be "
+                        "(x1, y1, x2, y2) divided by the image's width and height (normalised to "
+                        "[0, 1])")
+    return half, ""
 
 
 def resolve_source(enc: dict, attention: dict) -> int:
@@ -361,9 +377,7 @@ def resolve_source(enc: dict, attention: dict) -> int:
     (-> encoder.dim), and attention.position_bias=relative_2d has positions to read: boxes, or
     one grid (encoder.grid=true)."""
     width = feature_width(enc)
-    if enc.get("dim") not in (None, width):
-        raise UserError(f"encoder.dim={enc['dim']}, but the features in {enc['path']} are {width} "
-                        "wide (leave encoder.dim=null: it is read from the files)")
+    _check_dim(enc, width)
     wants_positions = "relative_2d" in (attention.get("position_bias"),
                                         (attention.get("base_args") or {}).get("position_bias"))
     if wants_positions and not enc.get("grid") and not Source(enc).has_boxes:
@@ -393,9 +407,7 @@ def read_feature_file(path: Path, enc: dict) -> tuple[np.ndarray, np.ndarray | N
         raise ValueError(f"unreadable ({err})") from None
     if feats.ndim != 2 or feats.shape[1] != enc["dim"]:
         raise ValueError(f"features are {feats.shape}; this model reads (N, {enc['dim']})")
-    feats = feats.astype(np.float16)
-    if not np.isfinite(feats).all():
-        raise ValueError("NaN or inf in the features")
-    if boxes is not None and boxes.shape != (len(feats), 4):
-        raise ValueError(f"boxes are {boxes.shape}, want ({len(feats)}, 4)")
+    feats, why = _checked(feats, boxes, boxes is not None, str(path))
+    if why:
+        raise ValueError(why)
     return feats, None if boxes is None else boxes.astype(np.float32)

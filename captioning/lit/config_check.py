@@ -306,7 +306,7 @@ GRID_MODES = {"local": "a Gaussian window over grid cells", "hierarchical": "blo
 
 def precomputed_problems(cfg: dict) -> list[str]:
     """encoder=precomputed: no network to tune; over regions (encoder.grid=false) no mode that
-    needs grid cells (relative_2d is defined on boxes: data/precomputed.check_source)."""
+    needs grid cells (relative_2d is defined on boxes: data/precomputed.resolve_source)."""
     enc, att = cfg.get("encoder") or {}, cfg.get("attention") or {}
     if enc.get("name") != "precomputed":
         return []
