@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from .data.features import extraction_dtype
-from .data.images import MAX_PIXELS, ImageFiles
+from .data.images import ImageFiles
 from .data.precomputed import read_feature_file
 from .errors import UserError
 from .models.encoder import build_encoder
@@ -83,9 +83,9 @@ def caption_images(
         return _caption_feature_files(predictor, paths, batch_size, attention_map)
     tuned = predictor.model.encoder is not None  # encoder.finetune: the checkpoint's own stages
     encoder = None if tuned else build_encoder(cfg["encoder"]).eval().to(where)  # the frozen network
-    # As the feature store was extracted: the run's encoder.precision (absent: older runs, auto).
-    dtype = extraction_dtype(where, cfg["encoder"].get("precision", "auto"))
-    files = ImageFiles(paths, cfg["encoder"]["image_size"], cfg["data"].get("max_image_pixels", MAX_PIXELS))
+    # As the feature store was extracted: the run's encoder.precision.
+    dtype = extraction_dtype(where, cfg["encoder"]["precision"])
+    files = ImageFiles(paths, cfg["encoder"]["image_size"], cfg["data"]["max_image_pixels"])
     results, skipped = [], []
     for start in range(0, len(paths), batch_size):
         items = [files[i] for i in range(start, min(start + batch_size, len(paths)))]

@@ -17,6 +17,7 @@ import torch
 from .data.vocab import Vocabulary
 from .errors import UserError
 from .models.captioner import Captioner, build_captioner
+from .schema import completed
 
 FORMAT_VERSION = 1
 
@@ -91,7 +92,8 @@ def checkpoint_config(ckpt: dict, path: str | Path) -> tuple[dict, list[str]]:
         raise CheckpointError(
             f"{path} was written by {_who_wrote(ckpt)}; this code reads captioning format "
             f"{FORMAT_VERSION}. Re-train, or load it with the version of captioning that wrote it.")
-    return hp["cfg"], hp["vocab"]
+    # A run saved before a setting existed reads it at its default (the schemas').
+    return completed(hp["cfg"]), hp["vocab"]
 
 
 def model_state(ckpt: dict) -> dict:

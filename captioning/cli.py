@@ -11,10 +11,12 @@ from .errors import report_user_errors
 from .lit import train
 from .paths import conf_dir
 from .provenance import run_stamp
+from .schema import register
 
 # The run dir's name; cached: resolved once per process.
 if not OmegaConf.has_resolver("run_stamp"):
     OmegaConf.register_new_resolver("run_stamp", run_stamp, use_cache=True)
+register()  # the config schemas the yamls name (captioning/schema/)
 
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")

@@ -8,7 +8,6 @@ from pathlib import Path
 import torch
 
 from .data.datasets import record_images
-from .data.images import MAX_PIXELS
 from .data.prepare import load_dataset_records, load_features
 from .errors import UserError
 from .metrics import attribute_accuracy
@@ -37,7 +36,7 @@ def evaluate_checkpoint(
                                                         batch_size, device)
     hyps = [c.words for c in captions]
     predictions = [{"image_id": r.image_id, "caption": " ".join(h)} for r, h in zip(records, hyps)]
-    if predictor.decode.get("n_best", 1) > 1:  # beam search's n best, best first, with scores
+    if predictor.decode["n_best"] > 1:  # beam search's n best, best first, with scores
         for p, c in zip(predictions, captions):
             p["nbest"] = c.nbest
     prefix = f"{split}/"
@@ -93,7 +92,7 @@ def decode_split(
     if data_overrides and split != "train":
         _check_unseen([data.records[i] for i in indices], cfg["data"], split)
     files = None if predictor.model.encoder is None else record_images(
-        data, cfg["encoder"]["image_size"], data_cfg.get("max_image_pixels", MAX_PIXELS))
+        data, cfg["encoder"]["image_size"], data_cfg["max_image_pixels"])
     captions, start = [], time.perf_counter()
     for i in range(0, len(indices), batch_size):
         chunk = indices[i : i + batch_size]

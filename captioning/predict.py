@@ -12,9 +12,12 @@ from .checkpoint import load_ensemble
 from .data.vocab import Vocabulary
 from .device import configure_cpu, resolve_device
 from .models.captioner import Captioner
+from .schema.fields import defaults
+from .schema.run import Decode
 
-DECODE_KEYS = ("beam_size", "max_len", "alpha", "block_ngram", "min_len", "sample", "temperature",
-               "top_k", "top_p", "seed", "n_best")
+# Every decode setting with its default (schema.run.Decode): what a checkpoint saved before a
+# setting existed gets for it.
+DECODE_DEFAULTS = defaults(Decode)
 
 
 def greedy(decode: dict) -> dict:
@@ -28,31 +31,27 @@ def decode_settings(base: dict, overrides: dict | None = None) -> dict:
     """A run's `decode` config with the non-None entries of `overrides` applied (settings a
     checkpoint from before them lacks take their defaults: off)."""
     merged = {**DECODE_DEFAULTS, **base, **{k: v for k, v in (overrides or {}).items() if v is not None}}
-    unknown = set(merged) - set(DECODE_KEYS)
+    unknown = set(merged) - set(DECODE_DEFAULTS)
     if unknown:
-        raise ValueError(f"unknown decode setting(s) {sorted(unknown)}; valid: {', '.join(DECODE_KEYS)}")
+        raise ValueError(f"unknown decode setting(s) {sorted(unknown)}; valid: {', '.join(DECODE_DEFAULTS)}")
     if problems := decode_problems(merged):
         raise ValueError("; ".join(problems))
     return merged
 
 
-# What the settings added after the first checkpoints mean when absent: off.
-DECODE_DEFAULTS = {"min_len": 0, "sample": False, "temperature": 1.0, "top_k": 0, "top_p": 1.0,
-                   "seed": 0, "n_best": 1}
-
-
 def decode_problems(decode: dict) -> list[str]:
-    """The decode settings that contradict each other (each key's own range: config_check)."""
+    """The decode settings (all of them: decode_settings) that contradict each other (each
+    key's own range: the schema)."""
     problems = []
-    n_best, beam = decode.get("n_best", 1), decode.get("beam_size", 1)
-    if n_best > 1 and decode.get("sample"):
+    n_best, beam = decode["n_best"], decode["beam_size"]
+    if n_best > 1 and decode["sample"]:
         problems.append(f"decode.n_best={n_best} with decode.sample=true: n-best lists come from "
                         "beam search; set decode.sample=false or decode.n_best=1")
     elif n_best > beam >= 1:  # (a beam_size below 1 is reported by its own rule)
         problems.append(f"decode.n_best={n_best} needs decode.beam_size >= {n_best} (it is {beam})")
-    if decode.get("min_len", 0) >= decode.get("max_len", 30):
-        problems.append(f"decode.min_len={decode.get('min_len')} must be below decode.max_len="
-                        f"{decode.get('max_len')}")
+    if decode["min_len"] >= decode["max_len"]:
+        problems.append(f"decode.min_len={decode['min_len']} must be below decode.max_len="
+                        f"{decode['max_len']}")
     return problems
 
 
@@ -80,13 +79,13 @@ def caption_features(
     raw = raw_features.to(device)
     regions = {k: v.to(device) for k, v in (regions or {}).items()}
     settings = {k: v for k, v in decode.items() if k != "n_best"}
-    if decode.get("n_best", 1) == 1:
+    if decode["n_best"] == 1:
         ids, weights = model.generate(raw, vocab.bos, vocab.eos, vocab.pad, generator=generator,
                                       **settings, **regions)
         return [Caption(*vocab.decode_aligned(tokens, w), w) for tokens, w in zip(ids, weights)]
     hyps = model.generate_nbest(raw, vocab.bos, vocab.eos, vocab.pad, decode["beam_size"],
                                 decode["max_len"], decode["alpha"], decode["n_best"],
-                                decode["block_ngram"], decode.get("min_len", 0), **regions)
+                                decode["block_ngram"], decode["min_len"], **regions)
     return [Caption(*vocab.decode_aligned(h[0].tokens, h[0].weights), h[0].weights,
                     [{"caption": " ".join(vocab.decode(x.tokens)), "score": x.score, "logprob": x.logprob}
                      for x in h]) for h in hyps]
@@ -94,7 +93,7 @@ def caption_features(
 
 def decode_generator(decode: dict, device: torch.device) -> torch.Generator | None:
     """The seeded generator of one decoding pass when decode.sample is on, else None."""
-    return torch.Generator(device).manual_seed(int(decode.get("seed", 0))) if decode.get("sample") else None
+    return torch.Generator(device).manual_seed(int(decode["seed"])) if decode["sample"] else None
 
 
 @dataclass

@@ -11,6 +11,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from captioning.caption_files import caption_images
 from captioning.errors import UserError, report_user_errors
+from captioning.schema import register
+
+register()  # the config schemas the yamls name (captioning/schema/)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="caption")

@@ -19,6 +19,9 @@ from omegaconf import DictConfig
 
 from captioning.compare.run import run_comparison
 from captioning.errors import report_user_errors
+from captioning.schema import register
+
+register()  # the config schemas the yamls name (captioning/schema/)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="compare")

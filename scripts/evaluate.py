@@ -17,8 +17,12 @@ from omegaconf import DictConfig, OmegaConf
 from captioning.errors import report_user_errors
 from captioning.evaluation import evaluate_checkpoint
 from captioning.metrics.scoring import format_table
+from captioning.schema import register
 
 log = logging.getLogger("evaluate")
+
+
+register()  # the config schemas the yamls name (captioning/schema/)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")

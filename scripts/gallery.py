@@ -14,8 +14,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from captioning.errors import UserError, report_user_errors
 from captioning.gallery import build_gallery
+from captioning.schema import register
 
 log = logging.getLogger("gallery")
+
+
+register()  # the config schemas the yamls name (captioning/schema/)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="gallery")

@@ -133,6 +133,10 @@ def write_region_files(folder: Path, images: int, regions: int = 36, dim: int = 
 def fill_store(over: list[str], batch: int = 512) -> Path:
     """Generated features (shaped like ResNet's: non-negative, mean ~0.5) in every row."""
     from hydra import compose, initialize_config_dir
+
+    from captioning.schema import register
+
+    register()
     from omegaconf import OmegaConf
 
     from captioning.data.prepare import dataset_store
@@ -154,6 +158,10 @@ def speed(over: list[str], features_path: Path, steps: int) -> dict:
     """Seconds for `steps` training steps (loading included): store warm, store cold, memory."""
     import torch
     from hydra import compose, initialize_config_dir
+
+    from captioning.schema import register
+
+    register()
     from omegaconf import OmegaConf
     from torch.utils.data import DataLoader
 

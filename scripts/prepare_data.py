@@ -19,8 +19,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from captioning.data.dataset_report import data_report, summary
 from captioning.errors import report_user_errors
+from captioning.schema import register
 
 log = logging.getLogger("prepare_data")
+
+
+register()  # the config schemas the yamls name (captioning/schema/)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="prepare_data")

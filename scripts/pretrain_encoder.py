@@ -50,6 +50,10 @@ class Labelled(Dataset):
 
 def data_config(overrides: list[str]) -> dict:
     from hydra import compose, initialize_config_dir
+
+    from captioning.schema import register
+
+    register()
     from omegaconf import OmegaConf
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

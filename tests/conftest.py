@@ -10,6 +10,10 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, open_dict
 
+from captioning.schema import register
+
+register()  # every test that composes conf/ needs the schemas its yamls name
+
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
 # Keep every cache inside tmp dirs (never the user's home) and wandb offline.

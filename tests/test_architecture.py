@@ -14,6 +14,7 @@ LAYERS = {
     "provenance": 0,  # fingerprints and the code version: standard library only
     "errors": 0,  # UserError and the command-line wrapper: standard library only
     "paths": 0,  # where the configs are (installed or a checkout): standard library only
+    "schema": 0,  # every setting's default, type and range: standard library (Hydra to register)
     "device": 1,  # the CPU settings of every entry point, which device a setting names: torch only
     "models": 1,  # torch / torchvision only
     "data": 2,  # readers, feature cache, vocabulary (uses models: encoder, normaliser)

@@ -158,20 +158,20 @@ def test_the_figure_shows_the_sentinel_tile(tmp_path):
 
 def test_the_readme_table_lists_every_mode_with_its_parameter_count():
     """Every registered mode has a row whose parameter count is the module's at the claim's
-    dims (query 512, keys 2048, values 512) with its conf/attention/<name>.yaml settings."""
+    dims (query 512, keys 2048, values 512) with its schema's settings (captioning/schema/)."""
     import re
     from pathlib import Path
 
-    import yaml
-
     from captioning.models import ATTENTIONS
+    from captioning.schema import ATTENTION
+    from captioning.schema.fields import defaults
 
     root = Path(__file__).resolve().parents[1]
     readme = (root / "docs" / "model.md").read_text()
     for name in ATTENTIONS:
         row = re.search(rf"^\| `{name}` \|[^|]*\| ([\d,]+)", readme, re.M)
         assert row, f"no docs/model.md row for attention={name}"
-        cfg = yaml.safe_load((root / "conf" / "attention" / f"{name}.yaml").read_text())
+        cfg = defaults(ATTENTION[name])
         cfg.pop("name")
         with torch.device("meta"):
             module = build_attention(name, 512, 2048, 512, **cfg)

@@ -22,9 +22,11 @@ from captioning.compare import (
 from captioning.compare.grid import rate_for
 from captioning.lit import train
 from captioning.models import resolved_attention
+from captioning.schema import completed
+from captioning.schema.run import Compare
 
-SPEC = {"attentions": ["additive", "dot", "mixed"], "decoders": ["lstm"], "seeds": [0, 1],
-        "dims": ["mismatched", "matched"], "blind": True}
+SPEC = completed({"attentions": ["additive", "dot", "mixed"], "decoders": ["lstm"], "seeds": [0, 1],
+                  "dims": ["mismatched", "matched"], "blind": True}, Compare)
 DIMS = {"mismatched": ["encoder.pca_dim=null"], "matched": ["encoder.pca_dim=512"]}
 
 
@@ -69,13 +71,13 @@ class FakeRuns:
     def compose(self, overrides):
         kv = dict(o.split("=", 1) for o in overrides)
         pca = None if kv.get("encoder.pca_dim", "null") == "null" else int(kv["encoder.pca_dim"])
-        return OmegaConf.create({
+        return OmegaConf.create(completed({  # every other setting at its default, as composed
             "decoder": {"name": kv.get("decoder", "lstm"), "hidden_dim": 512},
             "encoder": {"name": "resnet50", "pca_dim": pca},
             "attention": {"name": kv.get("attention", "additive"), "dot": "dot"},
-            "data": {"blind": kv.get("data.blind") == "true"},
+            "data": {"blind": kv.get("data.blind") == "true", "synthetic": {}},
             "seed": int(kv.get("seed", 0)), "paths": {"output_dir": "x"},
-        })
+        }))
 
     def train(self, cfg):
         out = Path(cfg.paths.output_dir)
@@ -616,7 +618,8 @@ def test_a_gallery_of_cells_trains_again_only_the_ones_without_a_checkpoint(tmp_
     dirs = runner.run(cells)
     (dirs[cells[1]] / "checkpoints").mkdir()
     (dirs[cells[1]] / "checkpoints" / "best.ckpt").write_text("a trained cell's own")
-    want = {"decoder": "lstm", "dims": "matched", "seed": 0, "attentions": ["additive", "dot"]}
+    want = {"decoder": "lstm", "dims": "matched", "seed": 0, "attentions": ["additive", "dot"],
+            "device": "auto"}
     with pytest.raises(UserError, match="forbids training it again"):
         run_mod._gallery(want, runner, dirs, tmp_path / "g", train_missing=False)
     run_mod._gallery(want, runner, dirs, tmp_path / "g", train_missing=True)
@@ -629,8 +632,8 @@ def test_a_gallery_of_cells_trains_again_only_the_ones_without_a_checkpoint(tmp_
 
 
 def test_a_sweep_runs_every_cell_at_each_rate_and_rates_give_each_cell_its_own():
-    spec = {"attentions": ["additive", "dot"], "decoders": ["lstm"], "seeds": [0, 1],
-            "dims": ["matched"], "blind": True}
+    spec = completed({"attentions": ["additive", "dot"], "decoders": ["lstm"], "seeds": [0, 1],
+            "dims": ["matched"], "blind": True}, Compare)
     sweep = expand_grid({**spec, "lrs": [1e-3, 1e-2]})
     assert len(sweep) == 2 * 3 * 2 and {c.lr for c in sweep} == {1e-3, 1e-2}
     rates = {"lstm/*/additive": 3e-3, "lstm/matched/dot": 1e-3, "*/*/dot": 5e-3}
@@ -772,10 +775,10 @@ def test_identical_captions_give_a_zero_image_interval(tmp_path):
 
 
 def test_limits_keep_a_dims_or_a_decoder_to_fewer_cells():
-    spec = {"attentions": ["additive", "dot"], "decoders": ["lstm", "transformer"], "seeds": [0, 1, 2],
-            "dims": ["matched", "wide", "query"], "blind": False,
-            "dim_limits": {"query": {"attentions": ["dot"], "seeds": [0]}},
-            "decoder_limits": {"transformer": {"dims": ["wide"], "seeds": [0, 1]}}}
+    spec = completed({"attentions": ["additive", "dot"], "decoders": ["lstm", "transformer"],
+                      "seeds": [0, 1, 2], "dims": ["matched", "wide", "query"], "blind": False,
+                      "dim_limits": {"query": {"attentions": ["dot"], "seeds": [0]}},
+                      "decoder_limits": {"transformer": {"dims": ["wide"], "seeds": [0, 1]}}}, Compare)
     cells = set(expand_grid(spec))
     assert {c for c in cells if c.dims == "query"} == {Cell("lstm", "query", "dot", 0)}
     assert {(c.dims, c.seed) for c in cells if c.decoder == "transformer"} == {("wide", 0), ("wide", 1)}

@@ -11,6 +11,7 @@ from hydra.errors import ConfigCompositionException
 
 from captioning.data.karpathy import load_karpathy
 from captioning.models import build_captioner, build_encoder
+from captioning.schema import Karpathy, ResNet, completed
 
 GROUPS = ["data", "encoder", "attention", "decoder", "trainer", "logger"]
 
@@ -99,7 +100,7 @@ def test_pretrained_without_weights_says_how_to_fix(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "hub"))
     with pytest.raises(FileNotFoundError, match="encoder.weights_path.*pretrained=false"):
-        build_encoder({"name": "resnet18", "pretrained": True, "weights_path": None})
+        build_encoder(completed({"name": "resnet18", "pretrained": True, "weights_path": None}, ResNet))
 
 
 def test_a_dataset_whose_images_are_all_missing_fails_before_extraction(tmp_path):
@@ -109,9 +110,10 @@ def test_a_dataset_whose_images_are_all_missing_fails_before_extraction(tmp_path
     images = [{"filename": f"{i}.jpg", "filepath": "imgs", "split": "train", "imgid": i,
                "sentences": [{"raw": "a dog"}]} for i in range(3)]
     (tmp_path / "d.json").write_text(json.dumps({"images": images}))
-    cfg = {"name": "x", "json_path": str(tmp_path / "d.json"), "cache_dir": str(tmp_path / "cache")}
+    cfg = completed({"name": "x", "json_path": str(tmp_path / "d.json"),
+                     "cache_dir": str(tmp_path / "cache")}, Karpathy)
     with pytest.raises(FileNotFoundError, match="none of the 3 image files.*set data.image_root"):
-        load_records_and_features(cfg, {"name": "resnet18", "image_size": 32})
+        load_records_and_features(cfg, completed({"name": "resnet18", "image_size": 32}, ResNet))
     assert not list((tmp_path / "cache").glob("store_*"))  # nothing was extracted
 
 
@@ -127,7 +129,7 @@ def test_pretrained_weights_are_checked_against_torchvision_hashes(tmp_path, mon
 
     path = tmp_path / "r18.pth"
     torch.save(torchvision.models.resnet18().state_dict(), path)
-    cfg = {"name": "resnet18", "pretrained": True, "weights_path": str(path)}
+    cfg = completed({"name": "resnet18", "pretrained": True, "weights_path": str(path)}, ResNet)
     with pytest.raises(ValueError, match="matches none of torchvision's resnet18.*verify_weights=false"):
         build_encoder(cfg)
     own = build_encoder({**cfg, "verify_weights": False})

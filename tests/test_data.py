@@ -11,9 +11,11 @@ from PIL import Image
 from captioning.data.datasets import Collate, EvalImages, ImageCaptions
 from captioning.data.karpathy import load_karpathy
 from captioning.data.prepare import prepare_data
+from captioning.schema import Karpathy, ResNet, completed
 
 ENC = {"name": "resnet18", "image_size": 64, "batch_size": 4, "num_workers": 0,
        "normalize": "standard", "pca_dim": None, "whiten_eps": 0.1}
+ENC = completed(ENC, ResNet)  # every other encoder setting at its default
 
 
 @pytest.fixture
@@ -43,7 +45,8 @@ def test_reader_tokenizes_maps_restval_and_ids(dataset):
 
 
 def test_corrupt_image_is_skipped_counted_and_reported(dataset, tmp_path, caplog):
-    cfg = {"name": "x", "json_path": str(dataset), "cache_dir": str(tmp_path / "cache")}
+    cfg = completed({"name": "x", "json_path": str(dataset), "cache_dir": str(tmp_path / "cache"),
+                     "min_word_freq": 1}, Karpathy)
     with caplog.at_level(logging.WARNING):
         data = prepare_data(cfg, ENC)
     assert [path for path, _ in data.skipped] == [str(tmp_path / "imgs" / "5.jpg")]
@@ -58,7 +61,8 @@ def test_corrupt_image_is_skipped_counted_and_reported(dataset, tmp_path, caplog
 
 
 def test_collate_pads_and_points_captions_at_images(dataset, tmp_path):
-    cfg = {"name": "x", "json_path": str(dataset), "cache_dir": str(tmp_path / "cache")}
+    cfg = completed({"name": "x", "json_path": str(dataset), "cache_dir": str(tmp_path / "cache"),
+                     "min_word_freq": 1}, Karpathy)
     data = prepare_data(cfg, ENC)
     train = ImageCaptions(data, "train")
     batch = Collate(data, data.vocab.pad)([train[0], train[1]])

@@ -17,6 +17,7 @@ from captioning.data.augment import MIRRORED, augment, draw_generator, mirror_to
 from captioning.data.sampler import EpochShuffle
 from captioning.lit import train
 from captioning.models.encoder import STAGES, ResNetEncoder, build_encoder, build_tunable_encoder
+from captioning.schema import ResNet, completed
 
 ROOT = Path(__file__).resolve().parents[1]
 FINETUNE = ["encoder.finetune=true", "trainer.max_epochs=1", "decode.beam_size=1",
@@ -38,7 +39,7 @@ def tuned(tmp_path_factory, data_dir):
 def test_only_the_last_stages_train(stages):
     """A few optimiser steps: the last K stages move; every other parameter and every BatchNorm
     buffer (the trained stages' too) stays bitwise equal."""
-    enc = build_tunable_encoder({"name": "resnet18", "finetune_stages": stages})
+    enc = build_tunable_encoder(completed({"name": "resnet18", "finetune_stages": stages}, ResNet))
     before = {k: v.clone() for k, v in {**dict(enc.named_parameters()), **dict(enc.named_buffers())}.items()}
     enc.train()
     opt = torch.optim.AdamW([p for p in enc.parameters() if p.requires_grad], lr=1e-2)
@@ -185,6 +186,6 @@ def test_pretrain_encoder_writes_a_frozen_usable_weights_file(tmp_path, data_dir
     summary = json.loads(out.with_suffix(".json").read_text())
     assert summary["labels"] == 30 and summary["train_images"] == 96 and len(summary["history"]) == 1
     assert 0 <= summary["history"][0]["val_acc"] <= 1 and 0.5 < summary["val_acc_if_all_negative"] < 1
-    enc = build_encoder({"name": "resnet18", "pretrained": True, "weights_path": str(out),
-                         "verify_weights": False})
+    enc = build_encoder(completed({"name": "resnet18", "pretrained": True, "weights_path": str(out),
+                                   "verify_weights": False}, ResNet))
     assert enc.weights_id.startswith("sha256:")

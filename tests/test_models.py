@@ -228,22 +228,3 @@ def test_captioner_takes_raw_features_and_normalises_inside():
         assert row == want[:n] and weights[k].shape == (n, 4)
     # Negative control: feeding already-normalised features is a different input.
     assert not torch.allclose(model(features, tokens)[0], logits, atol=1e-3)
-
-
-@pytest.mark.parametrize("name", ["lstm", "transformer"])
-def test_decoder_yaml_matches_the_constructor(name):
-    """Each conf/decoder/<name>.yaml key is a constructor argument with the same default:
-    one value per fact, whichever way a decoder is built."""
-    import inspect
-    from pathlib import Path
-
-    import yaml
-
-    from captioning.models import DECODERS
-
-    conf = yaml.safe_load((Path(__file__).resolve().parents[1] / "conf/decoder" / f"{name}.yaml").read_text())
-    conf.pop("name")
-    params = inspect.signature(DECODERS[name].__init__).parameters
-    defaults = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
-    assert set(conf) == set(defaults), set(conf) ^ set(defaults)
-    assert conf == defaults

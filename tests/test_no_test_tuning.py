@@ -15,6 +15,7 @@ from hydra.experimental.callback import Callback
 from PIL import Image
 
 from captioning.errors import UserError
+from captioning.schema import ResNet, completed
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,6 +78,7 @@ def _data_cfg(json_path: Path, tmp_path: Path) -> dict:
 
 ENC = {"name": "resnet18", "image_size": 64, "batch_size": 8, "num_workers": 0, "device": "cpu",
        "pretrained": False, "normalize": "standard", "pca_dim": None, "whiten_eps": 0.1}
+ENC = completed(ENC, ResNet)  # every other encoder setting at its default
 
 
 def test_training_images_in_test_are_refused_before_extraction(tmp_path, monkeypatch):

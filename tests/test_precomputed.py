@@ -17,6 +17,7 @@ from captioning.data.precomputed import FORMATS, Source, precomputed_features, s
 from captioning.data.prepare import load_dataset_records
 from captioning.errors import UserError
 from captioning.models.captioner import build_captioner
+from captioning.schema import Precomputed, completed
 
 WIDTH = 48
 BASE = [o for o in TINY if not o.startswith("encoder")]  # no ResNet settings: no ResNet
@@ -60,8 +61,7 @@ def records(tmp_path_factory):
 
 
 def _enc(over: dict) -> dict:
-    return {"name": "precomputed", "format": "auto", "features_key": "features", "boxes_key": "boxes",
-            "boxes_path": None, "grid": False, "dim": None, **over}
+    return completed({"name": "precomputed", **over}, Precomputed)  # the rest at their defaults
 
 
 def _overrides(enc: dict) -> list[str]:

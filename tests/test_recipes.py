@@ -176,10 +176,10 @@ def test_every_experiment_preset_is_a_valid_config(preset, tmp_path):
     machine say that they are not measured."""
     from conftest import compose_cfg
 
-    from captioning.lit.config_check import bad_values, unknown_keys
+    from captioning.lit.config_check import bad_values, schema_problems
 
     cfg = OmegaConf.to_container(compose_cfg([f"experiment={preset}"], tmp_path, tmp_path), resolve=True)
-    problems = unknown_keys(cfg) + [p for p in bad_values(cfg) if "needs init_from" not in p]
+    problems = schema_problems(cfg) + [p for p in bad_values(cfg) if "needs init_from" not in p]
     assert problems == []
     if cfg["data"]["name"] != "synthetic":
         assert "NOT MEASURED HERE" in (EXPERIMENTS / f"{preset}.yaml").read_text()

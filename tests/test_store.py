@@ -21,8 +21,10 @@ from PIL import Image
 
 from captioning.data.features import stored_features
 from captioning.models import build_encoder
+from captioning.schema import ResNet, completed
 
 ENC = {"name": "resnet18", "image_size": 64, "batch_size": 4, "num_workers": 0, "device": "cpu"}
+ENC = completed(ENC, ResNet)  # every other encoder setting at its default
 KEY = {"dataset": "test", "encoder": "resnet18", "weights": "random-seed0"}
 
 

@@ -20,9 +20,11 @@ from PIL import Image
 from captioning.data.features import dtype_name, extraction_dtype
 from captioning.data.prepare import load_features
 from captioning.provenance import fingerprint
+from captioning.schema import Karpathy, ResNet, completed
 
 ENC = {"name": "resnet18", "image_size": 64, "batch_size": 8, "num_workers": 0, "device": "cpu",
        "pretrained": False, "init_seed": 0, "precision": "auto"}
+ENC = completed(ENC, ResNet)  # every other encoder setting at its default
 
 
 def _dataset(root: Path) -> Path:
@@ -39,8 +41,8 @@ def _dataset(root: Path) -> Path:
 
 
 def _data_cfg(json_path: Path, cache: Path) -> dict:
-    return {"name": "mine", "format": "karpathy", "json_path": str(json_path),
-            "image_root": str(json_path.parent), "cache_dir": str(cache)}
+    return completed({"name": "mine", "format": "karpathy", "json_path": str(json_path), "min_word_freq": 1,
+                      "image_root": str(json_path.parent), "cache_dir": str(cache)}, Karpathy)
 
 
 def _digest(path: Path) -> str:

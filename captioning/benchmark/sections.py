@@ -100,7 +100,7 @@ def bench_train(args, device, results) -> None:
                 dec = build_decoder(decoder_cfg(name, args), args.vocab, args.feature_dim,
                                     {"name": mode}).to(device).train()
                 dec.prepare_once = not naive
-                opt = torch.optim.AdamW(dec.parameters(), lr=1e-4, fused=True)  # as conf/train.yaml
+                opt = torch.optim.AdamW(dec.parameters(), lr=1e-4, fused=True)  # fused, as training
                 step = train_step(dec, feats, tokens, opt, DTYPES[precision], device)
                 t = timed(step, args.warmup, args.repeats if not naive else max(1, args.repeats // 2),
                           device)

@@ -100,7 +100,7 @@ def convergence_report(dirs: dict[Cell, Path], references: dict, spec: dict,
     """dirs: the grid's finished cells (at their chosen rates) -> the report as data."""
     cells = Cells(dirs, references)
     groups = _group(dirs)
-    stages = [str(e) for e in spec.get("snapshot_epochs", [])] + [BEST]
+    stages = [str(e) for e in spec["snapshot_epochs"]] + [BEST]
     rows = []
     for (decoder, dims, mode), by_seed in groups.items():
         res = [cells.results[c] for c in by_seed.values()]

@@ -45,8 +45,8 @@ class Cell:
         settings and its decoder's (compare.decoder_settings, e.g. its step budget)."""
         if self.dims not in dims:
             raise ValueError(f"compare.dim_settings has no entry '{self.dims}'; known: {sorted(dims)}")
-        out = [f"decoder={self.decoder}", f"seed={self.seed}", *(decoders or {}).get(self.decoder, []),
-               *dims[self.dims]]
+        own = decoders[self.decoder] if decoders and self.decoder in decoders else []  # none listed: none
+        out = [f"decoder={self.decoder}", f"seed={self.seed}", *own, *dims[self.dims]]
         if self.lr:
             out.append(f"optim.optimizer.lr={self.lr:g}")
         if self.attention == BLIND:
@@ -59,23 +59,24 @@ def expand_grid(spec: dict) -> list[Cell]:
     whole seeds done, not whole modes; compare.dim_limits and decoder_limits keep some dims or
     decoders to fewer attentions, seeds or dims. With compare.lrs (a learning-rate sweep) every cell at
     each of those rates; otherwise at its rate from compare.rates (rate_for), if any."""
-    modes = list(spec["attentions"]) + ([BLIND] if spec.get("blind", True) else [])
+    modes = list(spec["attentions"]) + ([BLIND] if spec["blind"] else [])
     cells = [Cell(dec, dims, mode, seed) for seed in spec["seeds"] for dec in spec["decoders"]
              for dims in spec["dims"] for mode in modes if _within_limits(spec, dec, dims, mode, seed)]
-    if spec.get("lrs"):
+    if spec["lrs"]:
         return [Cell(c.decoder, c.dims, c.attention, c.seed, float(lr)) for c in cells for lr in spec["lrs"]]
-    rates = spec.get("rates") or {}
+    rates = spec["rates"]
     return [Cell(c.decoder, c.dims, c.attention, c.seed, rate_for(rates, c)) for c in cells]
 
 
 def _within_limits(spec: dict, decoder: str, dims: str, mode: str, seed: int) -> bool:
     """compare.dim_limits[dims] and compare.decoder_limits[decoder] ({attentions, seeds, dims}:
     only these) both allow the cell."""
-    for limit in ((spec.get("dim_limits") or {}).get(dims) or {},
-                  (spec.get("decoder_limits") or {}).get(decoder) or {}):
-        if (mode not in limit.get("attentions", [mode]) or seed not in limit.get("seeds", [seed])
-                or dims not in limit.get("dims", [dims])):
-            return False
+    limits = [spec["dim_limits"][dims]] if dims in spec["dim_limits"] else []
+    limits += [spec["decoder_limits"][decoder]] if decoder in spec["decoder_limits"] else []
+    for limit in limits:  # schema.run.Limit: a null list allows every value
+        for key, value in (("attentions", mode), ("seeds", seed), ("dims", dims)):
+            if limit[key] is not None and value not in limit[key]:
+                return False
     return True
 
 

@@ -99,7 +99,7 @@ def build_report(
         return stats_cache[out]
 
     blind = {(c.decoder, c.dims, c.seed): runs[c][0]["test/bleu4"] for c in runs if c.attention == BLIND}
-    threshold = spec.get("undertrained_margin", 0.10)
+    threshold = spec["undertrained_margin"]
     groups: dict[tuple, list[Cell]] = defaultdict(list)
     for cell in sorted(runs):
         groups[(cell.decoder, cell.dims, cell.attention)].append(cell)

@@ -16,6 +16,9 @@ from ..data.prepare import load_dataset_records
 from ..device import configure_cpu
 from ..errors import UserError
 from ..gallery import build_gallery
+from ..schema import completed
+from ..schema.fields import REQUIRED
+from ..schema.run import Compare
 from .convergence import convergence_markdown, convergence_report, save_curves
 from .executor import make_executor
 from .grid import Cell, GridRunner, expand_grid
@@ -28,7 +31,7 @@ log = logging.getLogger(__name__)
 def throughput(spec: dict) -> dict:
     """dot / additive training throughput from the benchmark (one process, same shapes)."""
     settings = BenchConfig(sections="train", modes="additive,dot", decoders=",".join(spec["decoders"]),
-                           no_naive=True, **spec.get("benchmark_args", {}))
+                           no_naive=True, **spec["benchmark_args"])
     return ratios_of(run_benchmark(settings))
 
 
@@ -46,13 +49,13 @@ def _throughput(spec: dict) -> dict:
     """The benchmark's ratios: measured now, none, or (compare.throughput_from) read from a
     committed file, so that a committed report rebuilds exactly from committed files: a
     `scripts/benchmark.py --json` output (the measurement itself) or an earlier report.json."""
-    source = spec.get("throughput_from")
+    source = spec["throughput_from"]
     if source:
         data = json.loads(Path(source).read_text())
         if "ratios" in data:  # scripts/benchmark.py --json: the measurement itself, committed
             return {**ratios_of(data), "source": str(source)}
         return data.get("throughput", {})  # a report.json: the ratios it showed
-    return throughput(spec) if spec.get("benchmark", True) else {}
+    return throughput(spec) if spec["benchmark"] else {}
 
 
 def run_comparison(cfg: DictConfig, overrides: list[str],
@@ -61,26 +64,25 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
     overrides: the user's command-line overrides, applied to every cell; compose(overrides)
     -> a cell's train config. Returns the report directory (None: no finished cell)."""
     configure_cpu()  # before the benchmark or any cell starts torch's threads
-    if "compare" not in cfg:
+    if cfg.compare is None:
         raise UserError("no compare settings: add experiment=cross_modal (or cross_modal_quick)")
-    spec = OmegaConf.to_container(cfg.compare, resolve=True)
-    source = spec.get("throughput_from")
+    spec = completed(OmegaConf.to_container(cfg.compare, resolve=True), Compare, "compare.")  # + gallery's
+    source = spec["throughput_from"]
     if source and not Path(source).is_file():  # before any cell trains
         raise UserError(f"compare.throughput_from={source}: no such file; give a report.json "
                         "written by scripts/compare.py, or drop the key to measure")
-    if spec.get("gallery"):  # its keys checked before any cell trains
-        keys = {"decoder", "dims", "seed", "attentions"}
-        given = set(spec["gallery"]) if isinstance(spec["gallery"], dict) else set()
-        if not keys <= given <= keys | {"device"}:
-            raise UserError(f"compare.gallery={spec['gallery']}: give {{decoder, dims, seed, attentions: "
-                            "[...]}} (and optionally device), e.g. '{decoder: lstm, dims: "
-                            "mismatched_whitened, seed: 0, attentions: [additive, dot]}'")
+    # compare.gallery's keys are its schema's (schema.run.GalleryCells); each must be given,
+    # before any cell trains
+    if spec["gallery"] and (missing := [k for k, v in spec["gallery"].items() if v == REQUIRED]):
+        raise UserError(f"compare.gallery: {', '.join(missing)} not given: give {{decoder, dims, seed, "
+                        "attentions: [...]}} (and optionally device), e.g. '{decoder: lstm, dims: "
+                        "mismatched_whitened, seed: 0, attentions: [additive, dot]}'")
     runner = _runner(spec, compose, overrides)
     root = runner.root
     cells = expand_grid(spec)
     start = time.time()
-    if spec.get("train", True):
-        executor = make_executor(spec.get("executor", "local"), root / ".submitit", spec.get("slurm"))
+    if spec["train"]:
+        executor = make_executor(spec["executor"], root / ".submitit", spec["slurm"])
         dirs = runner.run(cells, executor)
     else:  # report only: the cells that exist
         dirs = runner.finished(cells)
@@ -89,22 +91,22 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
         log.warning("no finished cells under %s: nothing to report (train them with "
                     "compare.train=true, or copy a grid's cells/ there)", root / "cells")
         return None
-    if spec.get("lrs"):  # a learning-rate sweep: its own report (validation only)
+    if spec["lrs"]:  # a learning-rate sweep: its own report (validation only)
         return _sweep(spec, dirs, root, train_s)
-    if spec.get("report", "standard") == "convergence":
+    if spec["report"] == "convergence":
         return _convergence(cfg, spec, dirs, runner, train_s)
-    reruns = runner.verify(dirs, spec.get("verify", 0), spec.get("train", True))
+    reruns = runner.verify(dirs, spec["verify"], spec["train"])
     refs = _test_references(cfg)
     tp = _throughput(spec)
-    report = build_report(dirs, refs, spec, tp, reruns, spec.get("bootstrap_samples", 1000))
+    report = build_report(dirs, refs, spec, tp, reruns, spec["bootstrap_samples"])
     report["grid_wall_s"] = train_s
     out = root / time.strftime("%Y-%m-%d_%H-%M-%S")
     out.mkdir(parents=True, exist_ok=True)
     markdown = build_markdown(report)
     plots = save_plots(report, out)
     report["sections"] = {}
-    for name in spec.get("sections") or []:
-        section = _section(name, overrides, compose, spec.get("bootstrap_samples", 1000))
+    for name in spec["sections"] or []:
+        section = _section(name, overrides, compose, spec["bootstrap_samples"])
         if section is None:
             markdown += (f"\n## {name}\n\nNo finished cells yet "
                          f"(`python scripts/compare.py experiment={name}`).\n")
@@ -113,10 +115,10 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
         markdown += f"\n## {name}\n\n{section['about']}\n\n{build_markdown(section)}"
         plots += save_plots(section, out, prefix=f"{name}_")
     _write_report(out, spec["name"], markdown, report, train_s)
-    if "wandb" in (cfg.get("logger") or {}):
+    if "wandb" in (cfg.logger or {}):
         _wandb_summary(cfg, spec, report, markdown, plots, out)
-    if spec.get("gallery"):
-        _gallery(spec["gallery"], runner, dirs, out / "gallery", spec.get("train", True))
+    if spec["gallery"]:
+        _gallery(spec["gallery"], runner, dirs, out / "gallery", spec["train"])
     return out
 
 
@@ -131,13 +133,13 @@ def _write_report(out: Path, title: str, markdown: str, report: dict, train_s: f
 def _convergence(cfg: DictConfig, spec: dict, dirs: dict[Cell, Path], runner: GridRunner,
                  train_s: float) -> Path:
     """experiment=convergence's report (compare/convergence.py), with its sweep's table."""
-    samples = spec.get("bootstrap_samples", 1000)
-    snapshots = list(cfg.checkpoint.get("snapshot_epochs") or [])
+    samples = spec["bootstrap_samples"]
+    snapshots = list(cfg.checkpoint.snapshot_epochs)
     report = convergence_report(dirs, _test_references(cfg), {**spec, "snapshot_epochs": snapshots},
                                 samples)
     report["throughput"] = _throughput(spec)
     markdown = convergence_markdown(report)
-    if spec.get("sweep"):
+    if spec["sweep"]:
         sweep_cells = expand_grid({**spec, **spec["sweep"]})  # its lrs, dims and seeds
         swept = runner.finished(sweep_cells)
         report["sweep"] = sweep_report(swept, [float(x) for x in spec["sweep"]["lrs"]])
@@ -185,7 +187,7 @@ def _gallery(want: dict, runner: GridRunner, dirs: dict[Cell, Path], out: Path,
                             f"forbids training it again into {again}")
         checkpoints.append(again / "checkpoints" / "best.ckpt")
     summary = build_gallery([dirs[c] for c in cells], out, [c.label for c in cells],
-                            device=want.get("device", "auto"), checkpoints=checkpoints)
+                            device=want["device"], checkpoints=checkpoints)
     log.info("gallery: %s (%d images; %d captions re-decoded differently)", out / "index.html",
              summary["images"], sum(r["redecoded_differs"] for r in summary["runs"]))
 
@@ -203,7 +205,7 @@ def _section(name: str, overrides: list[str], compose: Callable[[list[str]], Dic
         return None
     section = build_report(dirs, _test_references(cfg), spec, {}, [], samples)
     section["about"] = (f"`experiment={name}`: encoder {cfg.encoder.name}, weights "
-                        f"`{cfg.encoder.get('weights_path') or 'random init'}`; "
+                        f"`{cfg.encoder.weights_path or 'random init'}`; "
                         f"{len(set(dirs.values()))} finished runs.")
     return section
 
@@ -211,9 +213,9 @@ def _section(name: str, overrides: list[str], compose: Callable[[list[str]], Dic
 def _runner(spec: dict, compose: Callable[[list[str]], DictConfig], overrides: list[str]) -> GridRunner:
     """The grid of one experiment: its cells under <compare.root>/<name>/cells; every other
     experiment under the same root shares its finished cells (same hash = same run)."""
-    root = Path(spec.get("root", "results")) / spec["name"]
+    root = Path(spec["root"]) / spec["name"]
     shared = sorted(p for p in root.parent.glob("*") if (p / "cells").is_dir() and p != root)
-    return GridRunner(compose, overrides, root, spec["dim_settings"], spec.get("decoder_settings"), shared)
+    return GridRunner(compose, overrides, root, spec["dim_settings"], spec["decoder_settings"], shared)
 
 
 def _test_references(cfg: DictConfig) -> dict:

@@ -26,7 +26,7 @@ def data_report(data_cfg: dict, enc_cfg: dict) -> dict:
     per_image = np.array([len(r.captions) for r in records])
     lengths = np.array([len(c) for r in records for c in r.captions])
     train = [c for r in records if r.split == "train" for c in r.captions]
-    min_freq = data_cfg.get("min_word_freq", 1)
+    min_freq = data_cfg["min_word_freq"]
     report = {
         "images": len(records), "images_per_split": dict(splits),
         "captions": int(per_image.sum()),

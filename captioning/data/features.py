@@ -77,8 +77,8 @@ def open_store(cache_dir: str | Path, key_parts: dict, paths: list[Path], enc_cf
     (made on a GPU, say) is reused with a note; a forced precision extracts its own.
     `legacy`: the parts of the old key (dataset file, its mtime, format) whose stores are
     adopted (renamed under the new key), never rebuilt."""
-    asked = enc_cfg.get("precision", "auto")
-    want = dtype_name(extraction_dtype(resolve_device(enc_cfg.get("device", "auto")), asked))
+    asked = enc_cfg["precision"]
+    want = dtype_name(extraction_dtype(resolve_device(enc_cfg["device"]), asked))
     base = {**key_parts, "images": image_fingerprint(paths, root), "size": enc_cfg["image_size"],
             "max_pixels": max_pixels}
     specs = {p: {**base, "precision": p} for p in ("float32", "bfloat16")}
@@ -88,7 +88,7 @@ def open_store(cache_dir: str | Path, key_parts: dict, paths: list[Path], enc_cf
             old = {**legacy, **key_parts, "paths": fingerprint([str(x) for x in paths]),
                    "size": enc_cfg["image_size"], "max_pixels": max_pixels,
                    "root": str(root) if root else None, "precision": p,
-                   "batch_size": enc_cfg.get("batch_size", 64)}
+                   "batch_size": enc_cfg["batch_size"]}
             adopt_store(Path(cache_dir) / f"store_{fingerprint(old, length=16)}", dirs[p], old, specs[p])
     other = "float32" if want == "bfloat16" else "bfloat16"
     if asked == "auto" and not is_complete(dirs[want]) and is_complete(dirs[other]):
@@ -98,7 +98,7 @@ def open_store(cache_dir: str | Path, key_parts: dict, paths: list[Path], enc_cf
         want = other
     cells = grid_cells(enc_cfg["image_size"])
     # How it was built, recorded but not keyed: the batch changes float sums in the last bits only.
-    built = {"batch_size": enc_cfg.get("batch_size", 64), "machine": cpu_kind(),
+    built = {"batch_size": enc_cfg["batch_size"], "machine": cpu_kind(),
              "torch": torch.__version__}
     return FeatureStore.open_or_create(dirs[want], specs[want], len(paths), cells,
                                        encoder_dim(enc_cfg["name"]), built=built)
@@ -126,7 +126,7 @@ def stored_features(
 
 def _extract_into(store: FeatureStore, encoder: ResNetEncoder, paths: list[Path], enc_cfg: dict,
                   max_pixels: int, root: Path | None) -> None:
-    device = resolve_device(enc_cfg.get("device", "auto"))
+    device = resolve_device(enc_cfg["device"])
     dtype = getattr(torch, store.manifest["spec"]["precision"])  # the precision the store is keyed by
     start, total = store.rows_done, len(paths)
     if start:
@@ -136,7 +136,7 @@ def _extract_into(store: FeatureStore, encoder: ResNetEncoder, paths: list[Path]
                  store.root)
     files = ImageFiles(paths, enc_cfg["image_size"], max_pixels, root)
     batches = extract_features(encoder, Subset(files, range(start, total)),
-                               enc_cfg.get("batch_size", 64), enc_cfg.get("num_workers", 1), device, dtype)
+                               enc_cfg["batch_size"], enc_cfg["num_workers"], device, dtype)
     # A progress bar with rate and ETA, like Lightning's; plus one log line at the end.
     began = time.perf_counter()
     with tqdm(total=total, initial=start, unit="img", desc="features", dynamic_ncols=True) as bar:

@@ -17,8 +17,9 @@ import torch
 from PIL import Image, ImageOps
 from torch.utils.data import Dataset
 
-# PIL's own default (~9459 x 9459 pixels): far above any captioning photo, far below a bomb.
-MAX_PIXELS = 89_478_485
+from ..schema.data import MAX_IMAGE_PIXELS
+
+MAX_PIXELS = MAX_IMAGE_PIXELS  # data.max_image_pixels' default (its schema is its home)
 
 
 def outside_root(path: Path, root: Path | None) -> str | None:

@@ -21,7 +21,6 @@ from ..models.normalizer import FeatureNormalizer, fit_normalizer
 from .checks import check_files, check_splits
 from .features import open_store, stored_features
 from .formats import load_records
-from .images import MAX_PIXELS
 from .precomputed import precomputed_features
 from .records import ImageRecord, image_root_of
 from .store import FeatureStore, LazyFeatures
@@ -80,10 +79,15 @@ def resolve_json(data_cfg: dict) -> tuple[Path, Path | None]:
     return Path(data_cfg["json_path"]), Path(root) if root not in (None, "", "???") else None
 
 
+def dataset_format(data_cfg: dict) -> str:
+    """`data.format`; the built-in data is generated as a Karpathy-format JSON (data/synthetic.py)."""
+    return "karpathy" if "synthetic" in data_cfg else data_cfg["format"]
+
+
 def load_dataset_records(data_cfg: dict) -> tuple[list[ImageRecord], Path, Path]:
     """The dataset's records in its `data.format`, its file and its image root."""
     path, image_root = resolve_json(data_cfg)
-    records = load_records(path, image_root, data_cfg.get("format", "karpathy"),
+    records = load_records(path, image_root, dataset_format(data_cfg),
                            data_cfg.get("split_file"), data_cfg.get("split"))
     return records, path, image_root_of(path, image_root)
 
@@ -116,9 +120,9 @@ def locate_dataset(data_cfg: dict, enc_cfg: dict, training: bool = False) -> Loc
     # (the dataset file's absolute path and mtime), adopted without re-extraction.
     key = {"encoder": enc_cfg["name"], "weights": encoder.weights_id}
     legacy = {"dataset": str(json_path.resolve()), "dataset_mtime": json_path.stat().st_mtime_ns,
-              "format": data_cfg.get("format", "karpathy")}
+              "format": dataset_format(data_cfg)}
     args = {"cache_dir": data_cfg["cache_dir"], "key_parts": key, "paths": [r.path for r in records],
-            "enc_cfg": enc_cfg, "max_pixels": data_cfg.get("max_image_pixels", MAX_PIXELS), "root": root,
+            "enc_cfg": enc_cfg, "max_pixels": data_cfg["max_image_pixels"], "root": root,
             "legacy": legacy}
     return Located(records, encoder, args, problems)
 
@@ -202,7 +206,7 @@ def prepare_data(data_cfg: dict, enc_cfg: dict) -> PreparedData:
     if not train:
         raise UserError("the dataset has no readable training images")
     data.vocab = Vocabulary.build(
-        (c for i in train for c in data.records[i].captions), data_cfg.get("min_word_freq", 1)
+        (c for i in train for c in data.records[i].captions), data_cfg["min_word_freq"]
     )
     data.normalizer = _fit(data, train, data_cfg, enc_cfg)
     return data
@@ -230,5 +234,5 @@ def _fit(data: PreparedData, train: list[int], data_cfg: dict, enc_cfg: dict) ->
     sample = torch.from_numpy(np.asarray(data.features[rows, cell]))  # (<= FIT_ROWS, C)
     mean, transform = fit_normalizer(
         sample, enc_cfg["normalize"], enc_cfg["pca_dim"], enc_cfg["whiten_eps"])
-    blind = data_cfg.get("blind", False)
+    blind = data_cfg["blind"]
     return FeatureNormalizer(transform.shape[0], transform.shape[1], blind).set(mean, transform)

@@ -119,8 +119,8 @@ def checkpoint_callbacks(out: Path, cfg: dict) -> list[ModelCheckpoint]:
     Lightning's triggers by step and by epoch are mutually exclusive within one.)"""
     ck = cfg.get("checkpoint") or {}
     where = dict(dirpath=str(out / "checkpoints"))
-    callbacks = [RunCheckpoint(filename="best", monitor=ck.get("monitor", "val/bleu4"),
-                               mode=ck.get("mode", "max"), save_top_k=1, **where)]
+    callbacks = [RunCheckpoint(filename="best", monitor=ck["monitor"],
+                               mode=ck["mode"], save_top_k=1, **where)]
     if ck.get("every_n_steps"):
         callbacks.append(RunCheckpoint(filename="last", every_n_train_steps=ck["every_n_steps"],
                                        **where))

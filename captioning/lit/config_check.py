@@ -1,49 +1,41 @@
 """Everything wrong with a run config that the config alone can tell, found in a second, before
 any data is generated, any feature extracted or any model built for real.
 
-Unknown keys (a typo, or a `+key=` that nothing reads) are found against the shipped configs:
-the keys of every option of a config group in conf/ (for `attention`, `decoder` and `encoder`:
-of the option chosen), train.yaml's own keys, and, for `trainer.*`, pytorch_lightning.Trainer's
-arguments. `logger.*` and the kwargs of `optim.*._target_` are extension points, checked against
-their targets' signatures where there is one.
+Unknown keys, types and ranges come from the schemas (captioning/schema/: one home for each
+setting), with the nearest valid key for a typo; `trainer.*` keys beyond the schema's are checked
+against pytorch_lightning.Trainer's arguments, `optim.*` against their targets' signatures.
+Here: what depends on code or on several keys at once (cross-field rules, the model built on
+the meta device, weights present, room on disk).
 """
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import shutil
 import tempfile
-from functools import cache
 from pathlib import Path
 
 import hydra
 import pytorch_lightning as pl
 import torch
-from omegaconf import OmegaConf
 from pytorch_lightning.plugins import CheckpointIO
 
+from .. import schema
 from ..errors import UserError
 from ..models.attention import cross_attention_modules
 from ..models.captioner import build_captioner
 from ..models.encoder import ENCODERS, PRECISIONS, encoder_dim, find_weights, grid_cells
 from ..models.refiner import REFINERS
-from ..paths import conf_dir
-from ..predict import DECODE_DEFAULTS, decode_problems
-from ..provenance import flatten, get_dotted
+from ..predict import decode_problems
+from ..provenance import get_dotted
+from ..schema.fields import Problem
+from ..schema.run import OWN_TRAINER_KEYS
 from ..visualize import SCALES
 from .precision import TRAIN_PRECISIONS
 
-CONF_DIR = conf_dir()
-
-# Keys of ours under `trainer:` (popped before pytorch_lightning.Trainer is built).
-OWN_TRAINER_KEYS = {"nan_policy": "stop | skip", "nan_max_in_row": "skip at most this many in a row",
-                    "matmul_precision": "torch.set_float32_matmul_precision",
-                    "num_threads": "torch.set_num_threads (null: torch's default)"}
-
-# Sections whose content is a plug-in's own kwargs: not checked against the shipped keys.
-EXTENSION_POINTS = ("logger", "callbacks", "hydra", "compare.slurm", "compare.gallery", "compare.rates",
-                    "compare.dim_limits", "compare.decoder_limits")
+# Sections whose content is a plug-in's own kwargs: not checked against a schema.
+EXTENSION_POINTS = ("logger", "callbacks", "hydra", "compare.slurm", "compare.rates",
+                    "compare.benchmark_args", "compare.dim_settings", "compare.decoder_settings")
 
 # Trainer arguments that build_trainer sets itself: a value in the config would be overwritten,
 # so each is refused with where the setting lives instead (trainer.plugins is honoured, but a
@@ -60,61 +52,17 @@ TRAINER_OWNED = {
 # (float32 weights + AdamW's two moments) and per buffer value (the normaliser's, float32).
 FEATURE_BYTES, CHECKPOINT_BYTES_PER_PARAM, CHECKPOINT_BYTES_PER_BUFFER = 2, 12, 4
 
+# Allowed values whose home is the code that uses them, not a schema.
+CODE_RULES = [
+    ("trainer.precision", lambda v: str(v) in TRAIN_PRECISIONS, " | ".join(TRAIN_PRECISIONS)),
+    ("encoder.precision", lambda v: v in PRECISIONS, " | ".join(PRECISIONS)),
+    ("media.attention_scale", lambda v: v in SCALES, " or ".join(SCALES)),
+    ("model.refiner", lambda v: v == "none" or v in REFINERS, "none or " + " | ".join(REFINERS.names())),
+]
+
 
 class ConfigError(UserError):
     """One or more config problems; the message lists each with its key and the fix."""
-
-
-def _load_option(path: Path) -> dict:
-    """An option file merged over the options its `defaults:` names in the same group."""
-    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-    merged: dict = {}
-    for entry in raw.pop("defaults", None) or []:
-        if isinstance(entry, str) and entry != "_self_":
-            base = path.parent / f"{entry}.yaml"
-            if base.is_file():
-                merged = OmegaConf.to_container(OmegaConf.merge(merged, _load_option(base)))
-    return OmegaConf.to_container(OmegaConf.merge(merged, raw)) if merged else raw
-
-
-@cache
-def _shipped() -> dict:
-    """{'': train.yaml keys (dotted) + every @package _global_ preset's, 'options': {group:
-    {option: (its config, its dotted keys)}}}."""
-    known = {"": set(), "options": {}}
-    top = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "train.yaml"), resolve=False)
-    top.pop("defaults", None)
-    top.pop("hydra", None)
-    known[""] |= set(flatten(top))
-    for path in sorted(CONF_DIR.glob("*/*.yaml")):
-        group, option = path.parent.name, path.stem
-        raw = _load_option(path)
-        glob = path.read_text().lstrip().startswith("# @package _global_")
-        keys = set(flatten(raw)) if glob else {f"{group}.{k}" for k in flatten(raw)}
-        if glob:  # presets that set keys of other groups (real-data presets, experiments)
-            known[""] |= keys
-        known["options"].setdefault(group, {})[option] = (raw.get(group, raw) if glob else raw,
-                                                          keys)
-    return known
-
-
-def _known_keys(cfg: dict) -> set[str]:
-    shipped = _shipped()
-    keys = set(shipped[""])
-    for group, options in shipped["options"].items():
-        for option, (raw, option_keys) in options.items():
-            # attention/decoder/encoder: the chosen option's keys only (its constructor's kwargs)
-            if group in ("attention", "decoder", "encoder"):
-                chosen = (cfg.get(group) or {}).get("name")
-                if raw.get("name") != chosen:
-                    continue
-            keys |= option_keys
-    return keys
-
-
-def _closest(key: str, candidates: set[str]) -> str:
-    match = difflib.get_close_matches(key, sorted(candidates), n=1, cutoff=0.6)
-    return f"; did you mean '{match[0]}'?" if match else ""
 
 
 def _kwargs_of(target: str) -> set[str] | None:
@@ -127,108 +75,44 @@ def _kwargs_of(target: str) -> set[str] | None:
     return set(params)
 
 
-def unknown_keys(cfg: dict) -> list[str]:
-    """Problems for keys nothing reads, each with the closest valid key."""
-    problems = []
-    known = _known_keys(cfg)
-    trainer_keys = set(inspect.signature(pl.Trainer.__init__).parameters) - {"self"}
-    trainer_keys |= set(OWN_TRAINER_KEYS) | {"_target_"}
-    for key in flatten(cfg):
-        if any(key == p or key.startswith(p + ".") for p in EXTENSION_POINTS):
-            continue
-        section, _, rest = key.partition(".")
-        if section == "trainer":
-            if rest.split(".")[0] not in trainer_keys:
-                problems.append(f"trainer.{rest}: not an argument of pytorch_lightning.Trainer "
-                                f"nor one of ours ({', '.join(OWN_TRAINER_KEYS)})"
-                                + _closest(rest, trainer_keys))
-            continue
-        if section == "optim" and rest.split(".")[0] in ("optimizer", "scheduler"):
-            part, _, arg = rest.partition(".")
-            spec = cfg["optim"][part] or {}
-            target = spec.get("_target_")  # none: schedule=constant's `scheduler: null`
-            allowed = _kwargs_of(target) if target and arg not in ("", "_target_", "_partial_") else None
-            if allowed is not None and arg not in allowed:
-                problems.append(f"optim.{part}.{arg}: {spec['_target_']} takes no '{arg}'"
-                                + _closest(arg, allowed))
-            continue
-        if key not in known:
-            where = f" (valid for {section}={cfg[section].get('name')}: " + ", ".join(
-                sorted(k.partition(".")[2] for k in known if k.startswith(section + "."))) + ")" \
-                if section in ("attention", "decoder", "encoder") and isinstance(cfg.get(section), dict) \
-                else ""
-            problems.append(f"{key}: unknown key, read by nothing{where}" + _closest(key, known))
-    return problems
+def _unknown(problem: Problem, cfg: dict) -> str | None:
+    """The message for a key no schema has, or None where another rule accepts it (a Trainer
+    argument, an optimiser's or scheduler's keyword, an extension point)."""
+    key = problem.key
+    if any(key == p or key.startswith(p + ".") for p in EXTENSION_POINTS):
+        return None
+    section, _, rest = key.partition(".")
+    if section == "trainer":
+        arg = rest.split(".")[0]
+        trainer_keys = set(inspect.signature(pl.Trainer.__init__).parameters) - {"self"}
+        if arg in trainer_keys:
+            return None
+        return (f"trainer.{rest}: not an argument of pytorch_lightning.Trainer nor one of ours "
+                f"({', '.join(OWN_TRAINER_KEYS)})"
+                + Problem(arg, valid=tuple(trainer_keys | set(OWN_TRAINER_KEYS))).closest())
+    if section == "optim" and rest.split(".")[0] in ("optimizer", "scheduler"):
+        part, _, arg = rest.partition(".")
+        target = (cfg["optim"][part] or {}).get("_target_")
+        allowed = _kwargs_of(target) if target else None
+        if allowed is None or arg.split(".")[0] in allowed:
+            return None
+        return f"optim.{part}.{arg}: {target} takes no '{arg}'" + Problem(arg, valid=tuple(allowed)).closest()
+    if section in ("attention", "decoder", "encoder") and isinstance(cfg.get(section), dict) \
+            and "." in key and not key.startswith("attention.base_args."):
+        valid = ", ".join(sorted(k.rpartition(".")[2] for k in problem.valid))
+        return (f"{key}: unknown key, read by nothing (valid for {section}="
+                f"{cfg[section].get('name')}: {valid})" + problem.closest())
+    return str(problem)
 
 
-# (key, test, what it must be). Keys that are absent are not checked.
-RULES = [
-    ("decode.beam_size", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1 (1 = greedy)"),
-    ("decode.max_len", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
-    ("decode.alpha", lambda v: v >= 0, ">= 0 (0 ranks by log-probability)"),
-    ("decode.block_ngram", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0 (0 = off)"),
-    ("decode.min_len", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0 (0 = off)"),
-    ("decode.temperature", lambda v: v > 0, "> 0 (greedy is decode.beam_size=1)"),
-    ("decode.top_k", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0 (0 = no cut)"),
-    ("decode.top_p", lambda v: 0 < v <= 1, "in (0, 1] (1.0 = no cut)"),
-    ("decode.seed", lambda v: isinstance(v, int), "an integer"),
-    ("decode.n_best", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
-    ("trainer.max_epochs", lambda v: isinstance(v, int) and v >= 1,
-     "an integer >= 1 (the one-cycle schedule needs a finite length; -1 = endless is not offered)"),
-    ("trainer.nan_policy", lambda v: v in ("stop", "skip"), "stop or skip"),
-    ("trainer.nan_max_in_row", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0"),
-    ("trainer.precision", lambda v: str(v) in TRAIN_PRECISIONS, " | ".join(TRAIN_PRECISIONS)),
-    ("trainer.num_threads", lambda v: isinstance(v, int) and v >= 1, "null or an integer >= 1"),
-    ("trainer.matmul_precision", lambda v: v in ("highest", "high", "medium"),
-     "highest, high (TF32) or medium"),
-    ("media.attention_scale", lambda v: v in SCALES, " or ".join(SCALES)),
-    ("optim.lr_scaling", lambda v: v in ("none", "sqrt", "linear"), "none, sqrt or linear"),
-    ("optim.optimizer.lr", lambda v: v > 0, "> 0"),
-    ("optim.optimizer.weight_decay", lambda v: v >= 0, ">= 0"),
-    ("checkpoint.snapshot_epochs", lambda v: all(isinstance(e, int) and e >= 1 for e in v),
-     "a list of epochs (integers >= 1)"),
-    ("early_stopping.patience", lambda v: isinstance(v, int) and v >= 0, "null or an integer >= 0"),
-    ("early_stopping.min_delta", lambda v: v >= 0, ">= 0"),
-    ("model.scheduled_sampling.max_prob", lambda v: 0 <= v <= 1, "in [0, 1]"),
-    ("model.scheduled_sampling.start_epoch", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0"),
-    ("model.scheduled_sampling.ramp_epochs", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
-    ("model.refiner", lambda v: v == "none" or v in REFINERS, "none or " + " | ".join(REFINERS.names())),
-    ("model.refiner_layers", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
-    ("model.refiner_dim", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
-    ("model.refiner_heads", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
-    ("optim.alpha_c", lambda v: v >= 0, ">= 0 (0 = off)"),
-    ("optim.label_smoothing", lambda v: 0 <= v < 1, "in [0, 1)"),
-    ("data.batch_size", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
-    ("data.eval_batch_size", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
-    ("data.num_workers", lambda v: v == "auto" or isinstance(v, int) and v >= 0,
-     "an integer >= 0 or auto"),
-    ("data.max_caption_len", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
-    ("data.captions_per_image", lambda v: isinstance(v, int) and v >= 1, "null or an integer >= 1"),
-    ("data.min_word_freq", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
-    ("data.synthetic.num_train", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
-    ("data.synthetic.num_val", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
-    ("data.synthetic.num_test", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
-    ("data.synthetic.image_size", lambda v: isinstance(v, int) and v >= 48, "an integer >= 48"),
-    ("encoder.image_size", lambda v: isinstance(v, int) and v >= 32,
-     "an integer >= 32 (the ResNet's stride)"),
-    ("encoder.finetune_stages", lambda v: isinstance(v, int) and 1 <= v <= 5,
-     "an integer 1..5 (1 = layer4 ... 4 = layer1-4, 5 = the stem too)"),
-    ("encoder.finetune_lr", lambda v: v > 0, "> 0"),
-    ("encoder.finetune_after_epochs", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0"),
-    ("encoder.crop_scale", lambda v: len(v) == 2 and 0 < v[0] <= v[1] <= 1,
-     "[low, high] with 0 < low <= high <= 1"),
-    ("encoder.batch_size", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
-    ("encoder.precision", lambda v: v in PRECISIONS, " | ".join(PRECISIONS)),
-    ("encoder.num_workers", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0"),
-    ("checkpoint.every_n_steps", lambda v: isinstance(v, int) and v >= 0,
-     "an integer >= 0 (0: at epoch ends only)"),
-    ("checkpoint.mode", lambda v: v in ("min", "max"), "min or max"),
-    ("training.objective", lambda v: v in ("ce", "scst"), "ce (cross-entropy) or scst (self-critical)"),
-    ("training.samples", lambda v: isinstance(v, int) and v >= 2,
-     "an integer >= 2 (the mean baseline needs the other samples)"),
-    ("training.baseline", lambda v: v in ("mean", "greedy"), "mean or greedy"),
-    ("training.max_len", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
-]
+def schema_problems(cfg: dict) -> list[str]:
+    """Unknown keys, wrong types and out-of-range values, from the schemas."""
+    out = []
+    for problem in schema.problems(cfg):
+        message = _unknown(problem, cfg) if problem.unknown else str(problem)
+        if message:
+            out.append(message)
+    return out
 
 
 def trainer_problems(cfg: dict) -> list[str]:
@@ -277,24 +161,17 @@ def _object(target: str):
 
 
 def bad_values(cfg: dict) -> list[str]:
+    """The rules beyond one key's schema: trainer plug-ins, callbacks, values whose allowed set
+    lives in code, and the cross-field rules."""
     problems = trainer_problems(cfg) + callback_problems(cfg)
-    for key, ok, must in RULES:
-        value = get_dotted(cfg, key)
-        if value is None:
-            continue
-        try:
-            good = not isinstance(value, bool) and ok(value)
-        except TypeError:
-            good = False
-        if not good:
+    for key, ok, must in CODE_RULES:
+        if (value := get_dotted(cfg, key)) is not None and not ok(value):
             problems.append(f"{key}={value!r}: must be {must}")
-    problems += scst_problems(cfg) + precomputed_problems(cfg)
-    problems += decode_problems({**DECODE_DEFAULTS, **(cfg.get("decode") or {})})
-    enc = cfg.get("encoder") or {}
-    if enc.get("name") in ENCODERS:
+    problems += scst_problems(cfg) + precomputed_problems(cfg) + decode_problems(cfg["decode"])
+    enc = cfg["encoder"]
+    if enc["name"] in ENCODERS and (pca := enc["pca_dim"]) is not None:
         width = encoder_dim(enc["name"])
-        pca = enc.get("pca_dim")
-        if pca is not None and not (isinstance(pca, int) and 1 <= pca <= width):
+        if not (isinstance(pca, int) and 1 <= pca <= width):
             problems.append(f"encoder.pca_dim={pca!r}: must be null or 1..{width} ({enc['name']} "
                             f"features are {width}-d)")
     return problems
@@ -322,7 +199,7 @@ def precomputed_problems(cfg: dict) -> list[str]:
     for name in sorted(n for n in names if n in GRID_MODES):
         problems.append(f"attention={name} needs {GRID_MODES[name]}; encoder=precomputed with "
                         f"encoder.grid=false holds regions{fix}")
-    if "graph" in names and att.get("adjacency", "grid8") == "grid8":
+    if "graph" in names and att["adjacency"] == "grid8":
         problems.append("attention=graph with attention.adjacency=grid8 joins grid neighbours; "
                         "over regions use attention.adjacency=knn" + fix)
     return problems
@@ -424,7 +301,7 @@ def file_problems(cfg: dict, checkpoint_bytes: int) -> list[str]:
 
 def check_config(cfg: dict) -> None:
     """Raise ConfigError listing every problem found from the resolved config alone."""
-    problems = unknown_keys(cfg) + bad_values(cfg)
+    problems = schema_problems(cfg) + bad_values(schema.completed(cfg))
     model, checkpoint_bytes = model_problems(cfg) if not problems else ([], 0)
     problems += model
     if not problems:

@@ -11,7 +11,7 @@ from lightning_fabric.utilities.seed import pl_worker_init_function
 from torch.utils.data import DataLoader, DistributedSampler
 
 from ..data.datasets import AugmentedImageCaptions, Collate, EvalImages, ImageCaptions, record_images
-from ..data.images import MAX_PIXELS, ImageFiles
+from ..data.images import ImageFiles
 from ..data.prepare import PreparedData, load_records_and_features, prepare_data
 from ..data.sampler import EpochShuffle
 
@@ -79,7 +79,7 @@ class CaptionDataModule(pl.LightningDataModule):
         """data.num_workers, or for `auto`: none on a CPU (the step needs every core), on an
         accelerator min(4, CPUs per process - 1), so reading the next batches overlaps the
         device's step."""
-        setting = self.data_cfg.get("num_workers", 0)
+        setting = self.data_cfg["num_workers"]
         if setting != "auto":
             return int(setting)
         trainer = self.trainer
@@ -110,16 +110,16 @@ class CaptionDataModule(pl.LightningDataModule):
 
     def _files(self) -> ImageFiles:
         return record_images(self.data, self.encoder_cfg["image_size"],
-                             self.data_cfg.get("max_image_pixels", MAX_PIXELS))
+                             self.data_cfg["max_image_pixels"])
 
     def _train_images(self):
-        max_len, per_image = self.data_cfg.get("max_caption_len", 30), self.data_cfg.get("captions_per_image")
+        max_len, per_image = self.data_cfg["max_caption_len"], self.data_cfg["captions_per_image"]
         if self.finetune:
             enc = self.encoder_cfg
-            augment = enc.get("augment", True)
+            augment = enc["augment"]
             return AugmentedImageCaptions(
                 self.data, "train", self._files(), self.seed,
-                enc.get("crop_scale", (1.0, 1.0)) if augment else (1.0, 1.0), augment, max_len, per_image)
+                enc["crop_scale"] if augment else (1.0, 1.0), augment, max_len, per_image)
         return ImageCaptions(self.data, "train", max_len, per_image)
 
     def first_train_batches(self, count: int) -> list[dict]:

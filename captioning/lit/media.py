@@ -17,6 +17,10 @@ from ..data.images import ImageFiles
 
 log = logging.getLogger(__name__)
 
+# How large a validation image is shown when the run read no pixels (encoder=precomputed,
+# encoder.image_size null).
+SHOWN_SIZE = 224
+
 
 class ValidationMedia(pl.Callback):
     """After each validation epoch (never in the sanity check): a table of sample images with
@@ -59,7 +63,7 @@ class ValidationMedia(pl.Callback):
         enc = pl_module.cfg["encoder"]
         # Precomputed features: the image is shown if it is there; regions are no grid to overlay.
         overlay = enc["name"] != "precomputed"
-        files = ImageFiles([r.path for r in records], enc.get("image_size", 224))
+        files = ImageFiles([r.path for r in records], enc["image_size"] or SHOWN_SIZE)
         rows, figures = [], []
         for k, (record, sample) in enumerate(zip(records, self._samples)):
             pixels, why = files[k]

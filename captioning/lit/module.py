@@ -50,9 +50,8 @@ class CaptioningModule(pl.LightningModule):
         )
         self.cfg, self.vocab = cfg, Vocabulary(vocab)
         self.model = build_captioner(cfg, len(vocab))
-        trainer_cfg = cfg.get("trainer", {})
-        self.nan_policy = trainer_cfg.get("nan_policy", "stop")
-        self.nan_max_in_row = trainer_cfg.get("nan_max_in_row", 5)
+        self.nan_policy = cfg["trainer"]["nan_policy"]
+        self.nan_max_in_row = cfg["trainer"]["nan_max_in_row"]
         self.nonfinite_skipped = 0  # batches skipped for a non-finite loss/gradient (policy skip)
         self._nonfinite_in_row = 0
         self._batch: dict | None = None
@@ -61,7 +60,7 @@ class CaptioningModule(pl.LightningModule):
         self._gates: list[tuple[int, float]] = []  # (queries, mean gate) per decoded batch
         self.test_predictions: list[dict] = []
         self.metrics: dict[str, dict] = {}  # stage -> the last scores, unrounded
-        self.objective = cfg.get("training", {}).get("objective", "ce")
+        self.objective = cfg["training"]["objective"]
         self.scst: SelfCritical | None = None  # training=scst: made in on_fit_start (needs the data)
 
     def on_fit_start(self) -> None:
@@ -75,7 +74,7 @@ class CaptioningModule(pl.LightningModule):
         once encoder.finetune_after_epochs have passed)."""
         if "images" not in batch:
             return batch["features"]
-        after = self.cfg["encoder"].get("finetune_after_epochs", 0)
+        after = self.cfg["encoder"]["finetune_after_epochs"]
         with torch.set_grad_enabled(torch.is_grad_enabled() and self.current_epoch >= after):
             return self.model.encode(batch["images"])
 
@@ -89,13 +88,13 @@ class CaptioningModule(pl.LightningModule):
             return self._scst_step(batch)
         tokens = batch["tokens"]  # (B, T)
         targets = tokens[:, 1:]  # (B, T-1)
-        p = sample_prob(self.cfg.get("model", {}).get("scheduled_sampling") or {}, self.current_epoch)
+        p = sample_prob(self.cfg["model"]["scheduled_sampling"], self.current_epoch)
         if p:
             self.log("train/sample_prob", p, batch_size=len(tokens))
         loss, weights = teacher_forced_loss(
             self.model, self._raw_features(batch), tokens, batch["image_index"], self.vocab.pad,
-            self.cfg["optim"].get("label_smoothing", 0.0), p, **self._regions(batch))
-        alpha_c = self.cfg["optim"].get("alpha_c", 0.0)
+            self.cfg["optim"]["label_smoothing"], p, **self._regions(batch))
+        alpha_c = self.cfg["optim"]["alpha_c"]
         if alpha_c:  # doubly stochastic attention (for the Transformer: its last layer, head mean)
             penalty = doubly_stochastic_penalty(weights, targets != self.vocab.pad)
             self.log("train/attn_coverage_penalty", penalty, batch_size=len(tokens))
@@ -218,7 +217,8 @@ class CaptioningModule(pl.LightningModule):
         metrics[f"{stage}/cider"] = CiderD().corpus(hyps, refs)[0]
         metrics.update(attribute_accuracy(hyps, [o["objects"] for o in outputs], f"{stage}/"))
         grounded = [o for o in outputs if "weights" in o]
-        size = self.cfg["data"].get("synthetic", {}).get("image_size")
+        data = self.cfg["data"]
+        size = data["synthetic"]["image_size"] if "synthetic" in data else None  # built-in data only
         # Grounding reads weights as grid cells; precomputed regions are not (their boxes could
         # be, but the built-in data's features are never regions but in tests).
         if grounded and size and self.cfg["encoder"]["name"] != "precomputed":
@@ -260,7 +260,7 @@ class CaptioningModule(pl.LightningModule):
     def configure_model(self) -> None:
         """model.compile=true: torch.compile every cross-attention module (dynamic shapes: the
         LSTM's batch shrinks step by step). Its cost shows as results.json's first_step_s."""
-        if not self.cfg.get("model", {}).get("compile") or getattr(self, "_compiled", False):
+        if not self.cfg["model"]["compile"] or getattr(self, "_compiled", False):
             return
         for m in cross_attention_modules(self.model.decoder):
             m.forward = torch.compile(m.forward, dynamic=True)
@@ -268,7 +268,7 @@ class CaptioningModule(pl.LightningModule):
 
     def configure_optimizers(self):
         optim = self.cfg["optim"]
-        scale = lr_scale(optim.get("lr_scaling", "none"), self.trainer.world_size)
+        scale = lr_scale(optim["lr_scaling"], self.trainer.world_size)
         # Both configs are `_partial_: true`: instantiate gives a partial, called here.
         optimizer = hydra.utils.instantiate(optim["optimizer"])(params=self._param_groups())
         base = optimizer.defaults["lr"]
@@ -301,7 +301,7 @@ class CaptioningModule(pl.LightningModule):
         rest = [p for p in self.parameters() if p.requires_grad and id(p) not in ids]
         if not tuned:
             return [{"params": rest}]
-        return [{"params": rest}, {"params": tuned, "lr": self.cfg["encoder"].get("finetune_lr", 1e-5)}]
+        return [{"params": rest}, {"params": tuned, "lr": self.cfg["encoder"]["finetune_lr"]}]
 
     def on_train_start(self) -> None:
         """A resume with a larger trainer.max_epochs: the restored one-cycle schedule still ends
@@ -354,8 +354,8 @@ def replan_one_cycle(scheduler: torch.optim.lr_scheduler.OneCycleLR, total: int)
 def sample_prob(schedule: dict, epoch: int) -> float:
     """model.scheduled_sampling at an epoch: 0 before start_epoch, then rising linearly to
     max_prob over ramp_epochs (epoch start_epoch already gets max_prob / ramp_epochs)."""
-    top = float(schedule.get("max_prob", 0.0))
+    top = float(schedule["max_prob"])
     if top <= 0:
         return 0.0
-    done = epoch - schedule.get("start_epoch", 0) + 1
-    return top * min(1.0, max(0.0, done / max(1, schedule.get("ramp_epochs", 1))))
+    done = epoch - schedule["start_epoch"] + 1
+    return top * min(1.0, max(0.0, done / max(1, schedule["ramp_epochs"])))

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import logging
 import random
 from collections.abc import Callable
 from typing import get_args
 
 import numpy as np
+import pytorch_lightning as pl
 import torch
 from lightning_fabric.connector import _PRECISION_INPUT_INT, _PRECISION_INPUT_STR, _PRECISION_INPUT_STR_ALIAS
 
@@ -41,7 +43,7 @@ TRAIN_PRECISIONS = tuple(dict.fromkeys(["auto", *get_args(_PRECISION_INPUT_STR),
 def accelerator_type(trainer_cfg: dict) -> str:
     """Where the Trainer will run: "cpu", or the accelerator's device type (accelerator=auto
     picks one when there is one)."""
-    if str(trainer_cfg.get("accelerator", "auto")) == "cpu" or not torch.accelerator.is_available():
+    if str(trainer_cfg["accelerator"]) == "cpu" or not torch.accelerator.is_available():
         return "cpu"
     return torch.accelerator.current_accelerator().type
 
@@ -57,7 +59,7 @@ def resolve_precision(trainer_cfg: dict, cfg: dict, model: torch.nn.Module,
     choice. `batches(k)` gives k training batches of this run (collated; called only to
     measure), `model` is the captioning model (copied here: the run's own weights, optimiser
     and random streams stay untouched), `pad` the vocabulary's padding id."""
-    asked = str(trainer_cfg.get("precision", "32-true"))
+    asked = str(trainer_cfg["precision"])
     if asked != "auto":
         return asked, "trainer.precision"
     device = accelerator_type(trainer_cfg)
@@ -83,8 +85,16 @@ def resolve_precision(trainer_cfg: dict, cfg: dict, model: torch.nn.Module,
     return PRECISIONS[torch.bfloat16 if result["choice"] == "bf16" else torch.float32], why
 
 
+def trainer_arg(trainer_cfg: dict, name: str):
+    """A Trainer argument the schema does not list (num_nodes, ...): the config's value, else
+    Lightning's own default, read from its signature."""
+    if name in trainer_cfg:
+        return trainer_cfg[name]
+    return inspect.signature(pl.Trainer.__init__).parameters[name].default
+
+
 def _processes(trainer_cfg: dict) -> int:
-    devices, nodes = trainer_cfg.get("devices", 1), trainer_cfg.get("num_nodes", 1)
+    devices, nodes = trainer_cfg["devices"], trainer_arg(trainer_cfg, "num_nodes")
     if not isinstance(devices, int) or not isinstance(nodes, int):  # "auto", a list: not one
         return 2
     return devices * nodes
@@ -106,7 +116,7 @@ def _step(model: torch.nn.Module, cfg: dict, batches: list[dict], pad: int):
     twin = copy.deepcopy(model).train()
     turn = {torch.float32: 0, torch.bfloat16: 0}
     optimizer = torch.optim.AdamW(twin.parameters(), lr=1e-6, fused=True)  # fused as configured
-    smoothing = cfg["optim"].get("label_smoothing", 0.0)
+    smoothing = cfg["optim"]["label_smoothing"]
 
     def run(dtype: torch.dtype) -> None:
         batch = batches[turn[dtype] % len(batches)]

@@ -39,7 +39,7 @@ def find_run(resume: str, cfg: dict, current: Path) -> Path:
             raise ConfigError(f"resume={resume}: not a run dir (no checkpoints/ in it); pass "
                               "<log_dir>/train/runs/<run>, or resume=auto")
         return run
-    root = Path(cfg["paths"]["log_dir"]) / cfg.get("task_name", "train")
+    root = Path(cfg["paths"]["log_dir"]) / cfg["task_name"]
     want = config_hash(cfg)
     runs = [p.parent for p in root.glob(f"**/{RUN_FILE}")
             if p.parent.resolve() != current.resolve()
@@ -58,13 +58,19 @@ def config_differences(saved: dict, current: dict) -> list[str]:
     run survives a `git pull` between crash and resume)."""
     a, b = flatten(hashed_view(saved)), flatten(hashed_view(current))
     out = []
-    for key in sorted(a.keys() | b.keys()):
-        if a.get(key) == b.get(key) or key not in a:
+    for key in sorted(a.keys() - _same(a, b)):  # a key only the current config has: code gained it
+        now = b[key] if key in b else ABSENT
+        if key == "trainer.max_epochs" and isinstance(a[key], int) and isinstance(now, int) and now > a[key]:
             continue
-        if key == "trainer.max_epochs" and isinstance(a.get(key), int) and b.get(key, 0) > a[key]:
-            continue
-        out.append(f"{key}: {a.get(key, '<absent>')!r} -> {b.get(key, '<absent>')!r}")
+        out.append(f"{key}: {a[key]!r} -> {now!r}")
     return out
+
+
+ABSENT = "<absent>"  # how a diff shows a key one side does not have
+
+
+def _same(a: dict, b: dict) -> set[str]:
+    return {k for k in a.keys() & b.keys() if a[k] == b[k]}
 
 
 def check_resumable(ckpt: dict, path: Path, cfg: dict) -> None:

@@ -35,7 +35,7 @@ class RunCallbacks:
     def from_config(cls, plain: dict, out: Path, logging: bool, cpu_start: float) -> RunCallbacks:
         checkpoints = checkpoint_callbacks(out, plain)
         best = checkpoints[0]
-        throughput, media = Throughput(), ValidationMedia(**plain.get("media", {}))
+        throughput, media = Throughput(), ValidationMedia(**plain["media"])
         curve = ValidationCurve()
         snapshot_epochs = list((plain.get("checkpoint") or {}).get("snapshot_epochs") or [])
         clock = ComputeClock(cpu_start)
@@ -49,7 +49,7 @@ class RunCallbacks:
         stop, early = plain.get("early_stopping") or {}, None
         if stop.get("patience") is not None:
             early = EarlyStopping(monitor=best.monitor, mode=best.mode, patience=stop["patience"],
-                                  min_delta=stop.get("min_delta", 0.0))
+                                  min_delta=stop["min_delta"])
             callbacks.append(early)
         return cls(best, throughput, media, curve, snapshot_epochs, early, clock, callbacks)
 

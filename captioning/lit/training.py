@@ -19,8 +19,10 @@ from pytorch_lightning.utilities import rank_zero_only
 from ..data.precomputed import resolve_source
 from ..device import configure_cpu
 from ..provenance import config_hash, cpu_kind, flatten, git_commit
+from ..schema.fields import defaults
+from ..schema.run import OWN_TRAINER_KEYS, Trainer
 from .checkpoint_policy import AtomicCheckpointIO, newest_checkpoint
-from .config_check import OWN_TRAINER_KEYS, check_config
+from .config_check import check_config
 from .console import quiet_lightning, summary_table
 from .curve import snapshot_path
 from .datamodule import CaptionDataModule
@@ -51,7 +53,7 @@ def train(cfg: DictConfig) -> dict:
             cfg.encoder.dim = resolve_source(plain["encoder"], plain["attention"])
         plain = _plain(cfg)
     check_config(plain)  # every mistake the config alone shows, before any work
-    if plain["trainer"].get("num_threads"):  # before the first op: data prep runs the encoder
+    if plain["trainer"]["num_threads"]:  # before the first op: data prep runs the encoder
         torch.set_num_threads(plain["trainer"]["num_threads"])
     resume_ckpt = _resume_point(cfg, plain)  # resume=<run>: its checkpoint, and its dir becomes ours
     plain = _plain(cfg)
@@ -195,6 +197,8 @@ def build_trainer(trainer_cfg: dict, **kwargs) -> pl.Trainer:
     checkpoints atomically, with the config's other plugins (trainer.plugins: a cluster
     environment, say; config_check refuses a CheckpointIO); the data module's EpochShuffle shards
     the training set by rank (config_check refuses trainer.use_distributed_sampler=true)."""
+    own = defaults(Trainer)  # a hand-written dict: our own keys at their defaults
+    trainer_cfg = {**{k: own[k] for k in OWN_TRAINER_KEYS}, **trainer_cfg}
     args = {k: v for k, v in trainer_cfg.items()
             if k not in OWN_TRAINER_KEYS and k not in ("plugins", "use_distributed_sampler")}
     if str(args.get("precision")) == "auto":  # it needs the model and data: train() resolves it
@@ -206,7 +210,7 @@ def build_trainer(trainer_cfg: dict, **kwargs) -> pl.Trainer:
         # autocast on the accelerator the Trainer will pick (accelerator=auto: the GPU if any)
         plugins.append(BF16Mixed(accelerator_type(args)))
         del args["precision"]
-    torch.set_float32_matmul_precision(trainer_cfg.get("matmul_precision", "highest"))
+    torch.set_float32_matmul_precision(trainer_cfg["matmul_precision"])
     return hydra.utils.instantiate(args, plugins=[AtomicCheckpointIO(), *plugins],
                                    use_distributed_sampler=False, **kwargs)
 
@@ -221,7 +225,7 @@ def _log_every(trainer_cfg: dict, datamodule: CaptionDataModule) -> int:
         steps = min(steps, limit)
     elif isinstance(limit, float):
         steps = max(1, int(steps * limit))
-    return max(1, min(trainer_cfg.get("log_every_n_steps", 50), steps))
+    return max(1, min(trainer_cfg["log_every_n_steps"], steps))
 
 
 def _plain(cfg: DictConfig) -> dict:

@@ -152,10 +152,10 @@ def build_captioner(cfg: dict, vocab_size: int) -> Captioner:
     """The model a resolved run config describes (normaliser statistics still to be loaded)."""
     enc = cfg["encoder"]
     in_dim = feature_dim(enc)
-    normalizer = FeatureNormalizer(in_dim, enc.get("pca_dim") or in_dim, cfg["data"].get("blind", False))
+    normalizer = FeatureNormalizer(in_dim, enc["pca_dim"] or in_dim, cfg["data"]["blind"])
     decoder = build_decoder(cfg["decoder"], vocab_size, normalizer.out_dim, cfg["attention"])
-    encoder = build_tunable_encoder(enc) if enc.get("finetune") else None
-    return Captioner(decoder, normalizer, encoder, build_refiner(cfg.get("model") or {}, normalizer.out_dim))
+    encoder = build_tunable_encoder(enc) if enc["finetune"] else None
+    return Captioner(decoder, normalizer, encoder, build_refiner(cfg["model"], normalizer.out_dim))
 
 
 def resolved_attention(cfg: dict) -> str:

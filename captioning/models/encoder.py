@@ -247,8 +247,8 @@ def _fill_frozen(module: TunableEncoder, state: dict, prefix: str, *args) -> Non
 def build_encoder(enc_cfg: dict) -> ResNetEncoder:
     """The frozen feature extractor described by the `encoder` config group."""
     return ResNetEncoder(
-        enc_cfg["name"], enc_cfg.get("pretrained", False), enc_cfg.get("weights_path"),
-        enc_cfg.get("init_seed", 0), enc_cfg.get("verify_weights", True),
+        enc_cfg["name"], enc_cfg["pretrained"], enc_cfg["weights_path"], enc_cfg["init_seed"],
+        enc_cfg["verify_weights"],
     )
 
 
@@ -256,9 +256,9 @@ def build_tunable_encoder(enc_cfg: dict) -> TunableEncoder:
     """The encoder of `encoder.finetune=true`: the configured network, its last
     `encoder.finetune_stages` stages trainable."""
     return TunableEncoder(
-        enc_cfg.get("finetune_stages", 1), enc_cfg.get("precision", "auto"), name=enc_cfg["name"],
-        pretrained=enc_cfg.get("pretrained", False), weights_path=enc_cfg.get("weights_path"),
-        init_seed=enc_cfg.get("init_seed", 0), verify_weights=enc_cfg.get("verify_weights", True),
+        enc_cfg["finetune_stages"], enc_cfg["precision"], name=enc_cfg["name"],
+        pretrained=enc_cfg["pretrained"], weights_path=enc_cfg["weights_path"],
+        init_seed=enc_cfg["init_seed"], verify_weights=enc_cfg["verify_weights"],
     )
 
 

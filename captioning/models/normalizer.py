@@ -42,8 +42,8 @@ def fit_normalizer(
     """Fit on training feature rows (M, C) -> (mean (C,), transform (C, D)).
 
     eps is relative to the mean eigenvalue (mean variance for `standard`): it damps the scaling
-    of near-empty directions. Every setting comes from the `encoder` config (conf/encoder/
-    resnet50.yaml is their one home: no defaults here).
+    of near-empty directions. Every setting comes from the `encoder` config (its schema,
+    captioning/schema/model.py: Normalised, is their one home: no defaults here).
     """
     if method not in NORMALIZE_METHODS:
         raise ValueError(f"encoder.normalize must be one of {', '.join(NORMALIZE_METHODS)}, got '{method}'")

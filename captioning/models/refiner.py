@@ -44,8 +44,8 @@ class SelfAttentionRefiner(nn.Module):
 
 def build_refiner(model_cfg: dict, feature_dim: int) -> nn.Module | None:
     """The refiner `model.refiner` names (none: no module), sized by model.refiner_*."""
-    name = model_cfg.get("refiner") or "none"
+    name = model_cfg["refiner"]
     if name == "none":
         return None
-    return REFINERS[name](feature_dim, layers=model_cfg.get("refiner_layers", 2),
-                          dim=model_cfg.get("refiner_dim", 512), heads=model_cfg.get("refiner_heads", 8))
+    return REFINERS[name](feature_dim, layers=model_cfg["refiner_layers"], dim=model_cfg["refiner_dim"],
+                          heads=model_cfg["refiner_heads"])

@@ -1,0 +1,135 @@
+"""The model's settings: `decoder=<name>` (each decoder's constructor keywords, same defaults),
+`encoder=<name>` (a ResNet extracted here, or features you bring) and the `model:` section."""
+
+from dataclasses import dataclass
+
+from .fields import REQUIRED, Rule, above, at_least, between, one_of, setting
+
+
+@dataclass
+class LSTM:
+    """Show-Attend-Tell LSTM (models/decoders/lstm.py): query = hidden state, keys = image
+    features at their own width."""
+
+    name: str = "lstm"
+    embed_dim: int = setting(512, at_least(1))
+    hidden_dim: int = setting(512, at_least(1))
+    value_dim: int = setting(512, at_least(1))     # values projected once per image
+    dropout: float = setting(0.3, between(0, 1, high_open=True))
+    gate: bool = True
+    prepare_once: bool = True   # false: the naive baseline (keys/values re-projected every step)
+
+
+@dataclass
+class Transformer:
+    """Pre-norm Transformer decoder (models/decoders/transformer.py) sized for the built-in
+    dataset (docs/results.md). d_model 512 = the LSTM's query width; image features reach
+    cross-attention at their own width (2048-d) unless project_features=true maps them first."""
+
+    name: str = "transformer"
+    d_model: int = setting(512, at_least(1))
+    num_layers: int = setting(2, at_least(1))
+    num_heads: int = setting(8, at_least(1))
+    ff_dim: int = setting(1024, at_least(1))
+    dropout: float = setting(0.0, between(0, 1, high_open=True))
+    positions: str = setting("learned", one_of("learned", "sinusoidal"))
+    max_len: int = setting(64, at_least(1))
+    tie_embeddings: bool = True
+    project_features: bool = False
+    use_cache: bool = True      # false re-runs the whole prefix at every decoding step (reference path)
+    length_buckets: int = setting(3, at_least(1))  # training: captions in <= 3 length groups (less padding)
+    prepare_once: bool = True   # false: the naive baseline (cross-attention keys re-projected every call)
+
+
+DECODER = {"lstm": LSTM, "transformer": Transformer}
+
+
+@dataclass
+class Normalised:
+    """How raw features are normalised before the decoder (fitted on the training split)."""
+
+    normalize: str = setting("pca_whiten", one_of("pca_whiten", "standard"))
+    pca_dim: int | None = None      # null keeps the full width (2048 for ResNet-50); 512 = matched width
+    whiten_eps: float = setting(0.1, at_least(0))  # damping, relative to the mean eigenvalue
+
+
+@dataclass
+class ResNet(Normalised):
+    """A torchvision ResNet (models/encoder.py); features computed once and cached on disk."""
+
+    name: str = "resnet50"
+    pretrained: bool = False        # true: ImageNet weights from the hub cache or weights_path (no downloads)
+    weights_path: str | None = None
+    verify_weights: bool = True     # the file must be one torchvision publishes (sha256); false for your own
+    init_seed: int = 0              # random init is seeded, so cached features and later captioning agree
+    image_size: int = setting(128, at_least(32), note="the ResNet's stride")  # 128 -> 4x4 grid, 224 -> 7x7
+    batch_size: int = setting(64, at_least(1))
+    num_workers: int = setting(1, at_least(0))
+    device: str = "auto"            # feature extraction: auto = the GPU when there is one
+    # The frozen encoder's precision (extraction, a fine-tuned encoder's frozen part, caption.py):
+    # auto = the faster of fp32 and bf16 measured on this machine (GPUs: bf16); fp32 | bf16 force
+    # it (models/encoder.py: PRECISIONS). CAPTIONING_PRECISION sets the default.
+    precision: str = "${oc.env:CAPTIONING_PRECISION,auto}"
+    # Fine-tuning (docs/training.md, "Fine-tuning the encoder"): the last stages train end to end;
+    # images are read and augmented per batch; checkpoints carry the tuned stages.
+    finetune: bool = False
+    finetune_stages: int = setting(1, between(1, 5),
+                                   note="1 = layer4 ... 4 = layer1-4, 5 = the stem too")
+    finetune_lr: float = setting(1.0e-5, above(0))  # the tuned stages' own peak rate (1e-4 collapses here)
+    finetune_after_epochs: int = setting(0, at_least(0))  # frozen this many epochs first
+    augment: bool = True            # horizontal flips, "left"/"right" swapped in the flipped image's captions
+    # Random resized crops: the share of the image area kept; [1.0, 1.0] = none. A crop moves and
+    # rescales objects whose size and position the captions state: use only where captions do not.
+    crop_scale: list[float] = setting([1.0, 1.0], Rule(lambda v: len(v) == 2 and 0 < v[0] <= v[1] <= 1,
+                                                       "[low, high] with 0 < low <= high <= 1"))
+
+
+@dataclass
+class Precomputed(Normalised):
+    """Features you already have, read from files named by image id (bottom-up regions with
+    boxes, or CLIP/ViT grids), copied once into a feature store (data/precomputed.py; layouts:
+    docs/precomputed_features.md)."""
+
+    name: str = "precomputed"
+    path: str = REQUIRED               # a folder of <image_id>.npy / .npz, or one .npz with an `ids` array
+    format: str = setting("auto", one_of("auto", "npy_dir", "npz_dir", "npz"))  # auto: from what `path` is
+    features_key: str = "features"  # the features' array name inside .npz files (bottom-up: often feat)
+    boxes_key: str = "boxes"        # the boxes' array name inside .npz files; absent from a file: no boxes
+    boxes_path: str | None = None   # or a folder of <image_id>.npy boxes (N, 4), bottom-up's layout
+    grid: bool = False              # true: each file is one square grid of cells, row-major (CLIP/ViT)
+    dim: int | None = setting(None, at_least(1))  # the width: read from the files (set it to check them)
+    finetune: bool = False          # there is no network to tune: always false
+    # What the real-data presets (conf/data/karpathy.yaml) set for a ResNet: here only the size
+    # the images are shown at (wandb media; null: 224); there are no weights to load.
+    image_size: int | None = setting(None, at_least(1))
+    pretrained: bool = False
+
+
+def encoder_schema(name: str) -> type:
+    """encoder=<name>: features you bring, or a ResNet extracted here."""
+    return Precomputed if name == "precomputed" else ResNet
+
+
+@dataclass
+class ScheduledSampling:
+    """From start_epoch, the probability of feeding the model's own previous word (argmax)
+    instead of the reference rises linearly to max_prob over ramp_epochs (the Transformer does
+    it in two passes: one extra forward per step). max_prob 0 = off."""
+
+    max_prob: float = setting(0.0, between(0, 1))
+    start_epoch: int = setting(0, at_least(0))
+    ramp_epochs: int = setting(1, at_least(1))
+
+
+@dataclass
+class Model:
+    """`model:`: what is built around the decoder."""
+
+    compile: bool = False   # true: torch.compile the cross-attention modules (cost: first_step_s)
+    scheduled_sampling: ScheduledSampling = setting(ScheduledSampling())
+    # Key-side refiner, once per image before any cross-attention mode: none | self_attention
+    # (L pre-norm Transformer layers over the grid cells in a bottleneck of refiner_dim, added back).
+    refiner: str = "none"
+    refiner_layers: int = setting(2, at_least(1))
+    refiner_dim: int = setting(512, at_least(1))
+    refiner_heads: int = setting(8, at_least(1))
