@@ -35,6 +35,7 @@ from tqdm import tqdm
 from ..errors import UserError
 from ..models.attention.position import grid_side
 from ..provenance import fingerprint
+from ..schema.fields import unset
 from .records import ImageRecord
 from .store import FeatureStore, LazyFeatures
 
@@ -73,7 +74,7 @@ class Source:
     `read(id)` -> (features (N, C), boxes (N, 4) or None), `where(id)` (for messages)."""
 
     def __init__(self, enc: dict) -> None:
-        if enc.get("path") in (None, "", "???"):
+        if unset(enc["path"]):
             raise UserError("encoder=precomputed needs encoder.path=<a folder of <image_id>.npy or "
                             ".npz files, or one .npz file> (docs/precomputed_features.md)")
         self.path = Path(enc["path"]).expanduser()

@@ -18,6 +18,7 @@ import torch
 from ..errors import UserError
 from ..models.encoder import ResNetEncoder, build_encoder
 from ..models.normalizer import FeatureNormalizer, fit_normalizer
+from ..schema.fields import unset
 from .checks import check_files, check_splits
 from .features import open_store, stored_features
 from .formats import load_records
@@ -70,13 +71,13 @@ class PreparedData:
 
 def resolve_json(data_cfg: dict) -> tuple[Path, Path | None]:
     """The dataset JSON (generating the built-in dataset on first use) and the image root."""
-    if data_cfg.get("synthetic"):
+    if "synthetic" in data_cfg:
         return generate(data_cfg["root"], SyntheticConfig(**data_cfg["synthetic"])), None
-    if data_cfg.get("json_path") in (None, "", "???"):
-        raise UserError(f"data.json_path is not set for data={data_cfg.get('name')}: "
+    if unset(data_cfg["json_path"]):
+        raise UserError(f"data.json_path is not set for data={data_cfg['name']}: "
                         "data.json_path=<dataset JSON> data.image_root=<its images>")
-    root = data_cfg.get("image_root")
-    return Path(data_cfg["json_path"]), Path(root) if root not in (None, "", "???") else None
+    root = data_cfg["image_root"]
+    return Path(data_cfg["json_path"]), None if unset(root) else Path(root)
 
 
 def dataset_format(data_cfg: dict) -> str:

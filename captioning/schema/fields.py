@@ -17,6 +17,11 @@ from typing import Any
 REQUIRED = "???"
 
 
+def unset(value: Any) -> bool:
+    """A path-like setting left empty: null, "" or still REQUIRED."""
+    return value in (None, "", REQUIRED)
+
+
 @dataclass(frozen=True)
 class Rule:
     """An allowed range: `test(value)` and how to say it ("">= 1", "stop or skip")."""
