@@ -75,7 +75,7 @@ class ResNet(Normalised):
     finetune: bool = False
     finetune_stages: int = setting(1, between(1, 5),
                                    note="1 = layer4 ... 4 = layer1-4, 5 = the stem too")
-    finetune_lr: float = setting(1.0e-5, above(0))  # the tuned stages' own peak rate (1e-4 collapses here)
+    finetune_lr: float = setting(1.0e-5, above(0))  # the tuned stages' own peak rate (docs/training.md)
     finetune_after_epochs: int = setting(0, at_least(0))  # frozen this many epochs first
     augment: bool = True            # horizontal flips, "left"/"right" swapped in the flipped image's captions
     # Random resized crops: the share of the image area kept; [1.0, 1.0] = none. A crop moves and
