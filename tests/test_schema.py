@@ -154,3 +154,19 @@ def test_encoder_and_schedule_schema_defaults_equal_their_constructors():
     assert (resnet["finetune_stages"], "auto") == (tunable["stages"], tunable["precision"])
     cosine = {k: v for k, v in defaults(WarmupCosine).items() if not k.startswith("_")}
     assert cosine == _constructor_defaults(warmup_cosine)
+
+
+@pytest.mark.parametrize("override", ["compare.executor=debug", "data.format=jsonl",
+                                      "encoder=precomputed encoder.path=/x encoder.format=npz"])
+def test_allowed_values_come_from_the_code_that_reads_them(override):
+    """A set of allowed values has one home, which the reading code imports: every value the
+    code accepts passes the check (compare.executor=debug was once refused by a copy of the set)."""
+    from captioning.compare.executor import EXECUTORS
+    from captioning.data.formats import FORMATS
+    from captioning.data.precomputed import FORMATS as FEATURE_FORMATS
+
+    assert EXECUTORS is schema.run.EXECUTORS and FORMATS is schema.data.DATA_FORMATS
+    assert FEATURE_FORMATS is schema.model.FEATURE_FORMATS
+    data = ["data=karpathy", "data.json_path=/x.json", "data.image_root=/x"] if "data." in override else []
+    cfg = _compose("train", ["experiment=cross_modal", *data, *override.split(), "paths.output_dir=x"])
+    assert schema_problems(OmegaConf.to_container(cfg, resolve=True)) == []

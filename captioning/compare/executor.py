@@ -10,11 +10,11 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from ..paths import conf_dir
+from ..schema.run import EXECUTORS
 
 LAUNCHER_CONF = conf_dir() / "hydra" / "launcher" / "slurm.yaml"
 # The launcher's key -> submitit's AutoExecutor parameter (the rest keep their names).
 RENAMED = {"partition": "slurm_partition", "account": "slurm_account"}
-EXECUTORS = ("local", "slurm", "debug")
 
 
 def job_parameters(overrides: dict | None = None) -> dict:

@@ -18,10 +18,11 @@ import json
 from pathlib import Path
 
 from ..errors import UserError
+from ..schema.data import DATA_FORMATS
 from .karpathy import load_karpathy, read_karpathy, split_of
 from .records import SPLITS, ImageRecord, check_image_root, image_root_of, make_record
 
-FORMATS = ("karpathy", "coco", "csv", "jsonl")
+FORMATS = DATA_FORMATS  # data.format's values (their home: the schema)
 
 
 def load_records(path: str | Path, image_root: str | Path | None, fmt: str = "karpathy",

@@ -36,12 +36,13 @@ from ..errors import UserError
 from ..models.attention.position import grid_side
 from ..provenance import fingerprint
 from ..schema.fields import unset
+from ..schema.model import FEATURE_FORMATS
 from .records import ImageRecord
 from .store import FeatureStore, LazyFeatures
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("npy_dir", "npz_dir", "npz")
+FORMATS = FEATURE_FORMATS  # encoder.format's values besides auto (their home: the schema)
 BATCH = 256  # rows copied per store write
 
 

@@ -58,19 +58,17 @@ def config_differences(saved: dict, current: dict) -> list[str]:
     run survives a `git pull` between crash and resume)."""
     a, b = flatten(hashed_view(saved)), flatten(hashed_view(current))
     out = []
-    for key in sorted(a.keys() - _same(a, b)):  # a key only the current config has: code gained it
+    for key in sorted(a):  # (a key only the current config has: the code gained it since)
         now = b[key] if key in b else ABSENT
+        if now == a[key]:
+            continue
         if key == "trainer.max_epochs" and isinstance(a[key], int) and isinstance(now, int) and now > a[key]:
             continue
         out.append(f"{key}: {a[key]!r} -> {now!r}")
     return out
 
 
-ABSENT = "<absent>"  # how a diff shows a key one side does not have
-
-
-def _same(a: dict, b: dict) -> set[str]:
-    return {k for k in a.keys() & b.keys() if a[k] == b[k]}
+ABSENT = "<absent>"  # how a diff shows a key the current config does not have
 
 
 def check_resumable(ckpt: dict, path: Path, cfg: dict) -> None:

@@ -12,7 +12,7 @@ config saved by an older version lacks. Entry points call `register()` before Hy
     schema/model.py      decoders, encoders, the model: section
     schema/data.py       the built-in dataset, Karpathy-format datasets
     schema/run.py        trainer, objective, schedules, checkpoints, decoding, optimiser, root
-    schema/scripts.py    evaluate.py, caption.py, gallery.py, prepare_data.py
+    schema/scripts.py    evaluate.py, caption.py, gallery.py
 """
 
 from __future__ import annotations
@@ -70,8 +70,6 @@ def choose(path: str, value: dict) -> type | None:
     extension point (logger, callbacks, an unknown name: the registry's own error names it)."""
     if path == "attention":
         return ATTENTION.get(value.get("name"))
-    if path == "attention.base_args" or path.endswith(".base_args"):
-        return None  # the base mode's: checked by problems() with the base's name
     if path == "decoder":
         return DECODER.get(value.get("name"))
     if path == "encoder":

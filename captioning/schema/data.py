@@ -10,6 +10,12 @@ from .fields import REQUIRED, Rule, at_least, one_of, setting
 # pixels): far above any captioning photo, far below a decompression bomb.
 MAX_IMAGE_PIXELS = 89_478_485
 
+# The dataset file formats data/formats.py reads (data/README.md: "Formats").
+DATA_FORMATS = ("karpathy", "coco", "csv", "jsonl")
+
+# data.num_workers: a count, or auto (on a GPU min(4, CPUs per process - 1), on a CPU 0).
+WORKERS = Rule(lambda v: v == "auto" or isinstance(v, int) and v >= 0, "an integer >= 0 or auto")
+
 
 @dataclass
 class Batches:
@@ -22,9 +28,7 @@ class Batches:
     captions_per_image: int | None = setting(None, at_least(1))  # training captions per image: null = all
     batch_size: int = setting(24, at_least(1))  # training images per batch, each with all its captions
     eval_batch_size: int = setting(200, at_least(1))
-    # Loader workers: auto = on a GPU min(4, CPUs per process - 1) read the store, on a CPU 0
-    num_workers: Any = setting(0, Rule(lambda v: v == "auto" or isinstance(v, int) and v >= 0,
-                                       "an integer >= 0 or auto"))
+    num_workers: Any = setting(0, WORKERS)  # loader workers reading the store
     blind: bool = False             # true zeroes the image features: the control that shows the image matters
     max_image_pixels: int = setting(MAX_IMAGE_PIXELS, at_least(1))
 
@@ -59,11 +63,11 @@ class Karpathy(Batches):
     name: str = "karpathy"
     json_path: str = REQUIRED
     image_root: str = REQUIRED
-    format: str = setting("karpathy", one_of("karpathy", "coco", "csv", "jsonl"))
+    format: str = setting("karpathy", one_of(*DATA_FORMATS))
     split_file: str | None = None   # format=coco: a Karpathy JSON giving each image's split ...
     split: str | None = None        # ... or one split for the whole file
     min_word_freq: int = setting(5, at_least(1))
-    num_workers: Any = setting("auto", Batches.__dataclass_fields__["num_workers"].metadata["rule"])
+    num_workers: Any = setting("auto", WORKERS)
 
 
 def data_schema(cfg: dict) -> type:

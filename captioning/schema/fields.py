@@ -7,6 +7,7 @@ Pure Python (dataclasses): `captioning.models` may read a schema's defaults with
 import copy
 import dataclasses
 import difflib
+import functools
 import types
 import typing
 from collections.abc import Callable
@@ -58,18 +59,22 @@ def setting(default: Any = MISSING, rule: Rule | None = None, note: str = "", mu
     return field(default=default, metadata=meta)
 
 
+def _default(f: dataclasses.Field) -> Any:
+    """A field's default as plain data (a nested schema as a dict), or MISSING."""
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        value = f.default_factory()
+        return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+    return MISSING
+
+
 def defaults(schema: type) -> dict:
-    """{field: default} of a schema, nested schemas as dicts; required fields (MISSING) left out."""
-    out = {}
-    for f in dataclasses.fields(schema):
-        if f.default is not MISSING:
-            out[f.name] = f.default
-        elif f.default_factory is not MISSING:
-            value = f.default_factory()
-            out[f.name] = defaults(type(value)) if dataclasses.is_dataclass(value) else value
-    return out
+    """{field: default} of a schema, nested schemas as dicts; fields without one left out."""
+    return {f.name: d for f in dataclasses.fields(schema) if (d := _default(f)) is not MISSING}
 
 
+@functools.cache
 def _hints(schema: type) -> dict:
     return typing.get_type_hints(schema)
 
@@ -230,11 +235,8 @@ def complete(cfg: dict, schema: type, choose: Chooser | None = None, prefix: str
     for f in dataclasses.fields(schema):
         hint, _ = _optional(hints[f.name])
         if f.name not in out:
-            if f.default is not MISSING:
-                out[f.name] = _resolved(f.default)
-            elif f.default_factory is not MISSING:
-                value = f.default_factory()
-                out[f.name] = defaults(type(value)) if dataclasses.is_dataclass(value) else value
+            if (default := _default(f)) is not MISSING:
+                out[f.name] = _resolved(default)
             continue
         value = out[f.name]
         if (entry := _entry_schema(hint)) is not None and isinstance(value, dict):

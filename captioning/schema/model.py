@@ -32,7 +32,7 @@ class Transformer:
     num_heads: int = setting(8, at_least(1))
     ff_dim: int = setting(1024, at_least(1))
     dropout: float = setting(0.0, between(0, 1, high_open=True))
-    positions: str = setting("learned", one_of("learned", "sinusoidal"))
+    positions: str = "learned"      # or sinusoidal
     max_len: int = setting(64, at_least(1))
     tie_embeddings: bool = True
     project_features: bool = False
@@ -48,7 +48,7 @@ DECODER = {"lstm": LSTM, "transformer": Transformer}
 class Normalised:
     """How raw features are normalised before the decoder (fitted on the training split)."""
 
-    normalize: str = setting("pca_whiten", one_of("pca_whiten", "standard"))
+    normalize: str = "pca_whiten"   # or standard (models/normalizer.py: NORMALIZE_METHODS)
     pca_dim: int | None = None      # null keeps the full width (2048 for ResNet-50); 512 = matched width
     whiten_eps: float = setting(0.1, at_least(0))  # damping, relative to the mean eigenvalue
 
@@ -84,6 +84,10 @@ class ResNet(Normalised):
                                                        "[low, high] with 0 < low <= high <= 1"))
 
 
+# The layouts of precomputed feature files data/precomputed.py reads.
+FEATURE_FORMATS = ("npy_dir", "npz_dir", "npz")
+
+
 @dataclass
 class Precomputed(Normalised):
     """Features you already have, read from files named by image id (bottom-up regions with
@@ -92,7 +96,7 @@ class Precomputed(Normalised):
 
     name: str = "precomputed"
     path: str = REQUIRED               # a folder of <image_id>.npy / .npz, or one .npz with an `ids` array
-    format: str = setting("auto", one_of("auto", "npy_dir", "npz_dir", "npz"))  # auto: from what `path` is
+    format: str = setting("auto", one_of("auto", *FEATURE_FORMATS))  # auto: from what `path` is
     features_key: str = "features"  # the features' array name inside .npz files (bottom-up: often feat)
     boxes_key: str = "boxes"        # the boxes' array name inside .npz files; absent from a file: no boxes
     boxes_path: str | None = None   # or a folder of <image_id>.npy boxes (N, 4), bottom-up's layout

@@ -225,6 +225,11 @@ class GalleryCells:
     device: str = "auto"            # where the checkpoints re-decode the split for their attention
 
 
+# compare.executor: local trains here; slurm submits a job per cell; debug is submitit's
+# in-process executor (compare/executor.py).
+EXECUTORS = ("local", "slurm", "debug")
+
+
 @dataclass
 class Compare:
     """scripts/compare.py's grid and report (conf/experiment/cross_modal.yaml explains each)."""
@@ -254,7 +259,7 @@ class Compare:
     sections: list[str] = setting([])
     gallery: Any = None             # null, or GalleryCells (Any: OmegaConf cannot merge a command-line
                                     # dict into a null structured field; schema.choose types it)
-    executor: str = setting("local", one_of("local", "slurm"))
+    executor: str = setting("local", one_of(*EXECUTORS))
     slurm: dict[str, Any] = setting({})
 
 

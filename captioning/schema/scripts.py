@@ -1,28 +1,29 @@
-"""The other entry points' own configs: scripts/evaluate.py, caption.py, gallery.py, and
-prepare_data.py (the training config: schema.run.Train). Their yamls hold Hydra's
-settings only; every value is here."""
+"""The other entry points' own configs: scripts/evaluate.py, caption.py, gallery.py
+(prepare_data.py composes the training config: schema.run.Train). Their yamls hold Hydra's
+settings only; every value is here. Hydra checks the types when it composes them; these
+schemas state no ranges (decode settings that contradict each other: predict.decode_settings)."""
 
 from dataclasses import dataclass
 from typing import Any
 
-from .fields import REQUIRED, at_least, one_of, setting
+from .fields import REQUIRED, setting
 
 
 @dataclass
 class DecodeOverride:
     """Decoding at evaluation: null = the checkpoint's own setting (schema.run.Decode)."""
 
-    beam_size: int | None = setting(None, at_least(1))
-    alpha: float | None = setting(None, at_least(0))
-    block_ngram: int | None = setting(None, at_least(0))
-    max_len: int | None = setting(None, at_least(1))
-    min_len: int | None = setting(None, at_least(0))
+    beam_size: int | None = None
+    alpha: float | None = None
+    block_ngram: int | None = None
+    max_len: int | None = None
+    min_len: int | None = None
     sample: bool | None = None      # true: sampling (temperature, top_k, top_p, seed) instead of search
     temperature: float | None = None
     top_k: int | None = None
     top_p: float | None = None
     seed: int | None = None
-    n_best: int | None = setting(None, at_least(1))  # > 1: beam search's n best per image
+    n_best: int | None = None       # > 1: beam search's n best per image
 
 
 @dataclass
@@ -33,9 +34,9 @@ class Evaluate:
     device: str = "auto"            # auto (the GPU when there is one, as training) | cpu | cuda | cuda:N
     split: str = "test"
     decode: DecodeOverride = setting(DecodeOverride())
-    tokenizer: str = setting("simple", one_of("simple", "ptb"))  # coco-caption's: ptb needs Java
+    tokenizer: str = "simple"       # or ptb: coco-caption's tokeniser (needs Java)
     meteor: bool = True             # METEOR runs when Java is present
-    batch_size: int = setting(100, at_least(1))
+    batch_size: int = 100
     data: dict[str, Any] = setting({})  # overrides of the checkpoint's data config: +data.<key>=value
     output_dir: str | None = None   # default: <run>/eval/<split>_beam<k>_alpha<a>
 
@@ -62,4 +63,4 @@ class Gallery:
     out: str = "gallery"            # the folder to write (index.html, data.js, images/, ...)
     split: str = "test"
     device: str = "auto"            # where the checkpoints re-decode the split for their attention
-    page_size: int = setting(50, at_least(1))  # images a page
+    page_size: int = 50             # images a page
