@@ -10,6 +10,7 @@ from torch import nn
 
 from ..attention import Prepared, build_attention, placed
 from ..precision import to_autocast_dtype
+from .steps import StepLinear
 
 
 @dataclass
@@ -23,6 +24,10 @@ class LSTMDecoder(nn.Module):
     """The query is h_{t-1} (width hidden_dim); keys are the raw features (width feature_dim),
     so the attention module alone handles the width mismatch. Values are projected to
     value_dim once per image, not once per step."""
+
+    # Teacher-forced training through _TrainingSteps (each recurrent weight's gradient made once
+    # over all steps); False: nn.LSTMCell at every step, the reference the tests compare it with.
+    fused_training_steps = True
 
     def __init__(
         self,
@@ -76,19 +81,26 @@ class LSTMDecoder(nn.Module):
             mean = (features * m).sum(1) / m.sum(1).clamp_min(1)
         return LSTMState(torch.tanh(self.init_h(mean)), torch.tanh(self.init_c(mean)), prepared)
 
-    def _advance(self, emb: torch.Tensor, state: LSTMState):
-        """One LSTM step from the embedded token; returns (pre-logit output, state, weights)."""
+    def _advance(self, emb: torch.Tensor, state: LSTMState, steps: _TrainingSteps | None = None,
+                 t: int = 0):
+        """One LSTM step from the embedded token; returns (h, context, state, weights). With
+        `steps` (teacher-forced training), the cell's and the gate's matmuls are step t of it."""
         prepared = state.prepared
         if not self.prepare_once:
             prepared = placed(self.attention.prepare(
                 prepared.keys, prepared.mask, values=self.value_proj(prepared.values)
             ), prepared.positions)
+        from_h = steps.from_h(state.h) if steps is not None else None  # (B, 4H [+ Dv])
         # A mode that takes the decoder's memory (adaptive: the sentinel) gets (x_t, c_{t-1}).
         memory = {"memory": (emb, state.c)} if getattr(self.attention, "takes_memory", False) else {}
         context, weights = self.attention(state.h, prepared, **memory)  # (B, Dv), (B, N)
         if self.gate is not None:
-            context = torch.sigmoid(self.gate(state.h)) * context
-        h, c = self.cell(torch.cat([emb, context], dim=-1), (state.h, state.c))
+            gate = self.gate(state.h) if steps is None else steps.gate(from_h)
+            context = torch.sigmoid(gate) * context
+        if steps is None:
+            h, c = self.cell(torch.cat([emb, context], dim=-1), (state.h, state.c))
+        else:
+            h, c = steps.cell(t, from_h, context, state.c)
         return h, context, replace(state, h=h, c=c), weights
 
     def _output(self, emb: torch.Tensor, h: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
@@ -151,6 +163,10 @@ class LSTMDecoder(nn.Module):
         # T views (B, E) with one backward node for all: indexing emb[:, t] at every step would
         # make each step's backward fill and add a whole (B, T, E) zero gradient (T^2 work).
         emb_steps = emb.unbind(1)
+        fused = None
+        if self.fused_training_steps and torch.is_grad_enabled() and self.prepare_once and sample_prob == 0:
+            fused = _TrainingSteps(self, emb)  # each recurrent weight's gradient made once
+            state = replace(state, h=fused.anchor(state.h))
         hs, contexts, weights, fed = [], [], [], []
         for t, n in enumerate(counts):
             if n == 0:
@@ -164,7 +180,7 @@ class LSTMDecoder(nn.Module):
                     own = self.embed(prev[:, 0].argmax(-1))  # (n, E)
                 use = torch.rand(n, device=x.device) < sample_prob
                 x = torch.where(use[:, None], own, x)
-            h, context, state, w = self._advance(x, state)
+            h, context, state, w = self._advance(x, state, fused, t)
             pad = (0, 0, 0, batch - n)
             hs.append(nn.functional.pad(h, pad))
             contexts.append(nn.functional.pad(context, pad))
@@ -185,3 +201,38 @@ class LSTMDecoder(nn.Module):
             logits = nn.functional.pad(logits, (0, 0, 0, pad_t))
             weights = nn.functional.pad(weights, (0, 0, 0, pad_t))
         return logits, weights
+
+
+class _TrainingSteps:
+    """The cell's and the gate's matmuls of one teacher-forced pass, arranged for the backward
+    pass: the embeddings' share of the cell's input gates for all steps at once (one matmul, one
+    weight gradient), and the per-step products with h_{t-1} (cell and gate, one matmul) and with
+    the context as StepLinears (steps.py: their weights' gradients made once over all steps,
+    not summed step by step). The same function as nn.LSTMCell's, which decoding keeps using;
+    the gates' elementwise work runs in fp32 (under bf16 autocast too: a CPU converts every bf16
+    element for it)."""
+
+    def __init__(self, decoder: LSTMDecoder, emb: torch.Tensor) -> None:
+        cell, e = decoder.cell, emb.shape[-1]
+        self.hidden = cell.hidden_size
+        bias = cell.bias_ih + cell.bias_hh  # (4H,)
+        self.from_emb = nn.functional.linear(emb, cell.weight_ih[:, :e], bias).unbind(1)  # T x (B, 4H)
+        h_weights = [cell.weight_hh] + ([decoder.gate.weight] if decoder.gate is not None else [])
+        self.from_h = StepLinear(torch.cat(h_weights))  # (4H [+ Dv], H)
+        self.from_context = StepLinear(cell.weight_ih[:, e:])  # (4H, Dv)
+        self.gate_bias = decoder.gate.bias if decoder.gate is not None else None
+
+    def anchor(self, h0: torch.Tensor) -> torch.Tensor:
+        return self.from_context.anchor(self.from_h.anchor(h0))
+
+    def gate(self, from_h: torch.Tensor) -> torch.Tensor:
+        return from_h[:, 4 * self.hidden:] + self.gate_bias  # (B, Dv)
+
+    def cell(self, t: int, from_h: torch.Tensor, context: torch.Tensor,
+             c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n, h4 = context.shape[0], 4 * self.hidden
+        gates = (self.from_emb[t][:n].float() + from_h[:, :h4].float()
+                 + self.from_context(context).float())  # (B, 4H) in nn.LSTMCell's order i, f, g, o
+        i, f, g, o = gates.chunk(4, 1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c), c
