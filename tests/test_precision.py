@@ -51,6 +51,21 @@ def test_the_two_precisions_alternate_after_a_warm_up_each():
     assert set(result) == {"fp32_s", "bf16_s", "choice"}
 
 
+def test_a_far_slower_bf16_is_timed_no_further_than_its_warm_up(monkeypatch):
+    """A CPU that emulates bf16 (AVX2: 7-50x slower) is not made to run it 5 more times."""
+    order, now = [], [0.0]
+    cost = {torch.float32: 0.05, torch.bfloat16: 0.05 * (precision.CUT_SHORT + 1)}
+
+    def run(dtype):  # a simulated clock: each call costs its precision's time
+        order.append(dtype)
+        now[0] += cost[dtype]
+    monkeypatch.setattr(precision.time, "perf_counter", lambda: now[0])
+    result = precision._race(run, 5)
+    assert order == [torch.bfloat16, torch.float32]  # the warm-ups only
+    assert result["choice"] == "fp32" and result["cut_short"]
+    assert result["bf16_s"] == pytest.approx(cost[torch.bfloat16])
+
+
 def test_measured_once_cached_and_reused(cache, monkeypatch, caplog):
     measure, calls = _fake(0.3)
     monkeypatch.setattr(precision, "measure", measure)
