@@ -47,11 +47,11 @@ def test_the_two_precisions_alternate_after_a_warm_up_each():
     order = []
     result = precision._race(order.append, 3)
     fp32, bf16 = torch.float32, torch.bfloat16
-    assert order == [bf16, fp32, fp32, bf16, fp32, bf16, fp32, bf16]
+    assert order == [fp32, bf16] * 4  # a first call each (the warm-up), then 3 timed each
     assert set(result) == {"fp32_s", "bf16_s", "choice"}
 
 
-def test_a_far_slower_bf16_is_timed_no_further_than_its_warm_up(monkeypatch):
+def test_a_far_slower_bf16_is_timed_no_further_than_its_first_call(monkeypatch):
     """A CPU that emulates bf16 (AVX2: 7-50x slower) is not made to run it 5 more times."""
     order, now = [], [0.0]
     cost = {torch.float32: 0.05, torch.bfloat16: 0.05 * (precision.CUT_SHORT + 1)}
@@ -60,8 +60,8 @@ def test_a_far_slower_bf16_is_timed_no_further_than_its_warm_up(monkeypatch):
         order.append(dtype)
         now[0] += cost[dtype]
     monkeypatch.setattr(precision.time, "perf_counter", lambda: now[0])
-    result = precision._race(run, 5)
-    assert order == [torch.bfloat16, torch.float32]  # the warm-ups only
+    result = precision._race(run, 5, warmup=6)
+    assert order == [torch.float32, torch.bfloat16]  # one call each, not 6 + 5
     assert result["choice"] == "fp32" and result["cut_short"]
     assert result["bf16_s"] == pytest.approx(cost[torch.bfloat16])
 

@@ -32,7 +32,7 @@ import torch
 log = logging.getLogger(__name__)
 
 MARGIN = 0.9  # bf16 must take at most 90 % of fp32's time: a tie keeps fp32's exactness
-CUT_SHORT = 4.0  # bf16's warm-up this many times slower than fp32's: no need to time it further
+CUT_SHORT = 5.0  # bf16's first call this many times slower than fp32's: no need to time it further
 KINDS = ("encoder", "decoder")
 _MEMO: dict[tuple, dict] = {}
 
@@ -74,27 +74,29 @@ def _race(run: Callable[[torch.dtype], object], repeats: int, warmup: int = 1) -
     `repeats` timed calls each after `warmup` untimed calls each (kernels made and cached, memory
     allocated: a long run pays that once), the two precisions alternating so that a drift of the
     machine's speed (another process, the clock) falls on both alike. A bf16 that fails to run
-    (no bf16 kernels) gives fp32; so does one whose warm-up takes over CUT_SHORT times fp32's
-    (a CPU without bf16 arithmetic: AVX2 emulates it 7-50x slower, docs/benchmarks.md), timed no
-    further (the warm-ups' per-call times are reported, with "cut_short")."""
-    warm: dict[torch.dtype, float] = {}
-    for dtype in (torch.bfloat16, torch.float32):
+    (no bf16 kernels) gives fp32; so does one whose first call takes over CUT_SHORT times fp32's
+    (a CPU without bf16 arithmetic: AVX2 emulates it 7-34x slower, docs/benchmarks.md), timed no
+    further: the first calls' times are reported, with "cut_short"."""
+    first: dict[torch.dtype, float] = {}
+    for dtype in (torch.float32, torch.bfloat16):
         start = time.perf_counter()
         try:
-            for _ in range(warmup):
-                run(dtype)
+            run(dtype)
         except RuntimeError as err:  # bf16 unsupported here
             if dtype == torch.float32:
                 raise
             log.warning("precision: bf16 does not run on this CPU (%s): fp32", err)
             continue
-        warm[dtype] = (time.perf_counter() - start) / max(warmup, 1)
-    dtypes = list(warm)[::-1]  # fp32 first, then bf16 if it ran
-    slow = warm.get(torch.bfloat16, 0.0)
+        first[dtype] = time.perf_counter() - start
+    dtypes = list(first)
+    fp32, bf16 = first[torch.float32], first.get(torch.bfloat16, 0.0)
     # (and by a tenth of a second at least: microsecond calls' ratios are noise)
-    if slow > CUT_SHORT * warm[torch.float32] and slow - warm[torch.float32] > 0.1:
-        return {"fp32_s": round(warm[torch.float32], 5), "bf16_s": round(warm[torch.bfloat16], 5),
-                "choice": "fp32", "cut_short": True}
+    if bf16 > CUT_SHORT * fp32 and bf16 - fp32 > 0.1:
+        return {"fp32_s": round(fp32, 5), "bf16_s": round(bf16, 5), "choice": "fp32",
+                "cut_short": True}
+    for _ in range(warmup - 1):
+        for dtype in dtypes:
+            run(dtype)
     times: dict[torch.dtype, list[float]] = {d: [] for d in dtypes}
     for _ in range(repeats):
         for dtype in dtypes:
@@ -177,7 +179,7 @@ def training_choice(signature: str, run: Callable[[torch.dtype], object], repeat
 
 def _describe(kind: str, r: dict) -> str:
     bf16 = "n/a" if r["bf16_s"] is None else f"{r['bf16_s'] * 1e3:.1f} ms"
-    cut = " (warm-up only: bf16 far slower)" if r.get("cut_short") else ""
+    cut = " (first calls only: bf16 far slower)" if r.get("cut_short") else ""
     return f"{kind} fp32 {r['fp32_s'] * 1e3:.1f} ms, bf16 {bf16}{cut} -> {r['choice']}"
 
 
