@@ -24,11 +24,7 @@ from __future__ import annotations
 
 import torch
 
-
-def _autocast_dtype(device: torch.device) -> torch.dtype | None:
-    if torch.is_autocast_enabled(device.type):
-        return torch.get_autocast_dtype(device.type)
-    return None
+from ..precision import to_autocast_dtype
 
 
 class _Step(torch.autograd.Function):
@@ -81,9 +77,7 @@ class StepLinear:
 
     def __init__(self, weight: torch.Tensor) -> None:
         self.weight, self.records, self.calls = weight, [], 0
-        dtype = _autocast_dtype(weight.device)
-        w = weight.detach()
-        self._w = w.to(dtype) if dtype is not None and w.is_floating_point() else w
+        self._w = to_autocast_dtype(weight.detach())  # cast once, not once per step
 
     def anchor(self, state: torch.Tensor) -> torch.Tensor:
         return _Anchor.apply(state, self.weight, self)
