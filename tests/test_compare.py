@@ -680,6 +680,24 @@ def test_a_cell_at_its_chosen_rate_is_the_sweep_cell_at_that_rate(tmp_path):
     assert cfg.optim.scheduler._target_.endswith("WarmupPlateau") and cfg.early_stopping.patience
 
 
+def test_a_report_composes_cells_that_differ_in_seed_and_rate_once(tmp_path):
+    """Report queries share one composition across seeds and rates (composing is most of a
+    rebuild's time); every cell's directory (its config hash) is the one composing it alone
+    gives, the one its training uses."""
+    compose = _real_compose("convergence")
+    calls = []
+    dims = OmegaConf.to_container(compose([]).compare.dim_settings)
+    runner = GridRunner(lambda o: calls.append(o) or compose(o), ["trainer.max_epochs=3"], tmp_path, dims)
+    cells = [Cell("lstm", d, m, s, lr) for d in ("matched", "query_projected") for m in ("dot", "additive")
+             for s in (0, 3) for lr in (0.0, 3e-4, 1e-2)]
+    shared = {c: runner.directory(c) for c in cells}
+    assert len(calls) == 8  # dims x modes x (a rate set or the composed one)
+    for c in cells:
+        assert runner.config(c)[1] == shared[c], c.label  # as training composes it, whole
+    assert len(set(shared.values())) == len(cells)
+    assert len(calls) == 8 + len(cells)
+
+
 def test_the_sweep_chooses_each_modes_rate_on_validation_alone(tmp_path):
     """The chosen rate is the best validation score's, whatever the test scores say; a mode
     with a rate still missing gets none yet; a choice at the range's edge is flagged."""

@@ -9,6 +9,7 @@ from captioning.metrics.stats import (
     bleu_from_stats,
     bleu_stats,
     bootstrap_bleu,
+    count_references,
     percentile_interval,
     t_interval,
 )
@@ -31,10 +32,12 @@ def test_bleu_from_stats_equals_nltk_corpus_bleu():
             hyps.append([rng.choice(words) for _ in range(rng.randint(0, 9))])
             refs.append([[rng.choice(words) for _ in range(rng.randint(1, 9))]
                          for _ in range(rng.randint(1, 3))])
-        stats = np.stack([bleu_stats(h, r) for h, r in zip(hyps, refs)]).sum(0)
-        ours = float(bleu_from_stats(stats))
+        stats = np.stack([bleu_stats(h, r) for h, r in zip(hyps, refs)])
+        ours = float(bleu_from_stats(stats.sum(0)))
         ref = corpus_bleu(refs, hyps)
         assert ours == pytest.approx(ref, abs=1e-12), trial
+        counted = count_references(dict(enumerate(refs)))  # counted once, as reports do
+        assert (np.stack([bleu_stats(h, counted[k]) for k, h in enumerate(hyps)]) == stats).all()
 
 
 def test_bootstrap_by_hand():

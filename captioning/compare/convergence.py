@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..metrics.stats import bootstrap_bleu, percentile_interval, t_interval
+from ..metrics.stats import bootstrap_bleu, count_references, percentile_interval, t_interval
 from .grid import Cell
 from .report import cell_provenance, image_stats, predicted, provenance_markdown, throughput_markdown
 
@@ -26,7 +26,7 @@ class Cells:
     """The cells' files, read once: results, and per stage the per-image BLEU statistics."""
 
     def __init__(self, dirs: dict[Cell, Path], references: dict) -> None:
-        self.dirs, self.refs = dirs, references
+        self.dirs, self.refs = dirs, count_references(references)  # counted once for all cells
         self.ids = sorted(references, key=str)
         self.results = {c: json.loads((d / "results.json").read_text()) for c, d in dirs.items()}
         self._stats: dict[tuple[Path, str], np.ndarray | None] = {}

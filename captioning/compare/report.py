@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..data.vocab import tokenize
-from ..metrics.stats import bleu_stats, bootstrap_bleu, percentile_interval, t_interval
+from ..metrics.stats import bleu_stats, bootstrap_bleu, count_references, percentile_interval, t_interval
 from .grid import BLIND, Cell
 
 
@@ -24,7 +24,8 @@ def predicted(path: Path) -> dict:
 
 def image_stats(hyps: dict, references: dict, image_ids: list) -> np.ndarray:
     """(M, 10) per-image BLEU statistics of captions {image_id: tokens}, rows = image_ids (an
-    image without a caption counts as an empty one)."""
+    image without a caption counts as an empty one). references: {image_id: [tokens, ...]}, or
+    count_references of it (a report scoring many runs counts them once)."""
     return np.stack([bleu_stats(hyps.get(i, []), references[i]) for i in image_ids])
 
 
@@ -90,12 +91,13 @@ def build_report(
     -> the report as data (build_markdown renders it)."""
     runs = {cell: _load(out) for cell, out in dirs.items()}
     image_ids = sorted(references, key=str)
+    ref_counts = count_references(references)  # once for every cell scored
     stats_cache: dict[Path, np.ndarray] = {}
 
     def per_image(cell: Cell) -> np.ndarray:  # (M, 10), rows = image_ids
         out = dirs[cell]
         if out not in stats_cache:
-            stats_cache[out] = image_stats(runs[cell][1], references, image_ids)
+            stats_cache[out] = image_stats(runs[cell][1], ref_counts, image_ids)
         return stats_cache[out]
 
     blind = {(c.decoder, c.dims, c.seed): runs[c][0]["test/bleu4"] for c in runs if c.attention == BLIND}

@@ -24,6 +24,7 @@ from ..metrics.stats import (
     bleu_stats,
     bootstrap_bleu,
     bootstrap_indices,
+    count_references,
     percentile_interval,
 )
 from ..provenance import flatten, hashed_view
@@ -113,7 +114,8 @@ def _corpus(runs: list[Run], ids: list, refs_tokens: dict, per_image: dict,
     intervals over the images (one draw for all runs); and run k - run 0 the same way."""
     draw = bootstrap_indices(len(ids), samples, seed=0)  # the images bootstrap_bleu resamples
     out = []
-    stats = [np.stack([bleu_stats(tokenize(r.captions[i]), refs_tokens[i]) for i in ids]) for r in runs]
+    counted = count_references({i: refs_tokens[i] for i in ids})  # once for all runs
+    stats = [np.stack([bleu_stats(tokenize(r.captions[i]), counted[i]) for i in ids]) for r in runs]
     cider = [np.array([per_image[r.name][i]["cider"] for i in ids]) for r in runs]
     bleu_draws = [bootstrap_bleu([s], samples, seed=0) for s in stats]
     for k, r in enumerate(runs):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from typing import NamedTuple
 
 import numpy as np
 
@@ -32,19 +33,44 @@ def _ngrams(tokens: list[str], n: int) -> Counter:
     return Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
 
 
-def bleu_stats(hypothesis: list[str], references: list[list[str]], max_n: int = 4) -> np.ndarray:
-    """One image's sufficient statistics for corpus BLEU, as nltk counts them:
-    [matches_1..n, totals_1..n, hyp length, closest reference length] (closest; ties: shorter)."""
-    row = []
+class RefCounts(NamedTuple):
+    """One image's references as bleu_stats reads them: per n, each n-gram's largest count over
+    the references, and the references' lengths."""
+
+    best: tuple[Counter, ...]
+    lengths: tuple[int, ...]
+
+
+def reference_counts(references: list[list[str]], max_n: int = 4) -> RefCounts:
+    best = []
     for n in range(1, max_n + 1):
-        counts = _ngrams(hypothesis, n)
-        best: Counter = Counter()
+        most: Counter = Counter()
         for ref in references:
-            best |= _ngrams(ref, n)  # max count of each n-gram over the references
-        row.append(sum(min(c, best[g]) for g, c in counts.items()))
+            most |= _ngrams(ref, n)  # max count of each n-gram over the references
+        best.append(most)
+    return RefCounts(tuple(best), tuple(len(r) for r in references))
+
+
+def count_references(references: dict) -> dict:
+    """{image_id: [tokens, ...]} -> {image_id: RefCounts}: counted once for every run a report
+    scores against them (five references per image are most of bleu_stats' work)."""
+    return {i: reference_counts(refs) for i, refs in references.items()}
+
+
+def bleu_stats(hypothesis: list[str], references: list[list[str]] | RefCounts,
+               max_n: int = 4) -> np.ndarray:
+    """One image's sufficient statistics for corpus BLEU, as nltk counts them:
+    [matches_1..n, totals_1..n, hyp length, closest reference length] (closest; ties: shorter).
+    references: the tokenized references, or their reference_counts (the same statistics)."""
+    if not isinstance(references, RefCounts):
+        references = reference_counts(references, max_n)
+    row = []
+    for n, best in zip(range(1, max_n + 1), references.best):
+        row.append(sum(min(c, best[g]) for g, c in _ngrams(hypothesis, n).items()))
     row += [max(1, len(hypothesis) - n + 1) for n in range(1, max_n + 1)]  # nltk: max(1, .)
     hyp_len = len(hypothesis)
-    closest = min((abs(len(r) - hyp_len), len(r)) for r in references)[1] if references else 0
+    lengths = references.lengths
+    closest = min((abs(r - hyp_len), r) for r in lengths)[1] if lengths else 0
     return np.array(row + [hyp_len, closest], dtype=float)
 
 
