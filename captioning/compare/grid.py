@@ -39,6 +39,11 @@ class Cell:
         rate = f"/lr{self.lr:g}" if self.lr else ""
         return f"{self.decoder}/{self.dims}/{self.attention}/s{self.seed}{rate}"
 
+    def values(self) -> dict[str, int | float]:
+        """What this cell sets by value, not by choosing a config file: its seed and, if it has
+        one, its rate (GridRunner.directory sets them after composing)."""
+        return {"seed": self.seed, **({"optim.optimizer.lr": float(f"{self.lr:g}")} if self.lr else {})}
+
     def overrides(self, dims: dict[str, list[str]],
                   decoders: dict[str, list[str]] | None = None) -> list[str]:
         """Hydra overrides that make this cell out of the experiment's base config: its dims'
@@ -46,9 +51,8 @@ class Cell:
         if self.dims not in dims:
             raise ValueError(f"compare.dim_settings has no entry '{self.dims}'; known: {sorted(dims)}")
         own = decoders[self.decoder] if decoders and self.decoder in decoders else []  # none listed: none
-        out = [f"decoder={self.decoder}", f"seed={self.seed}", *own, *dims[self.dims]]
-        if self.lr:
-            out.append(f"optim.optimizer.lr={self.lr:g}")
+        seed, *rate = (f"{key}={value:g}" for key, value in self.values().items())
+        out = [f"decoder={self.decoder}", seed, *own, *dims[self.dims], *rate]
         if self.attention == BLIND:
             return out + ["attention=additive", "data.blind=true"]
         return out + [f"attention={self.attention}"]
@@ -153,7 +157,7 @@ class GridRunner:
         config: neither value is read while composing (interpolations resolve later), and only
         the `hydra` node, which no hash reads, would list other overrides (test_compare)."""
         overrides = self.overrides + cell.overrides(self.dims, self.decoders)
-        values = {"seed": cell.seed, **({"optim.optimizer.lr": float(f"{cell.lr:g}")} if cell.lr else {})}
+        values = cell.values()
         kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+") not in values]
         key = (*kept, *values)  # the keys it sets: a cell without a rate keeps the composed one
         if key not in self._composed:
