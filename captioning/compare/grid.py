@@ -138,7 +138,7 @@ class GridRunner:
         self.decoders = decoders or {}
         self._legacy: dict[Path, dict] | None = None
         self._warned: set[Path] = set()
-        self._composed: dict[tuple[str, ...], DictConfig] = {}  # see directory
+        self._composed: dict[tuple[str, ...], DictConfig] = {}  # see _query
 
     def config(self, cell: Cell, output_dir: Path | None = None,
                adopt: bool = True) -> tuple[DictConfig, Path]:
@@ -151,21 +151,27 @@ class GridRunner:
         return cfg, out
 
     def directory(self, cell: Cell) -> Path:
-        """config(cell, adopt=False)'s directory, for queries (a report over many cells): cells
-        that differ only in seed and rate share one composition (Hydra composes in ~0.5 s; a
-        report of 90 cells spent a minute on it), with the cell's two values set in it. The same
-        config: neither value is read while composing (interpolations resolve later), and only
-        the `hydra` node, which no hash reads, would list other overrides (test_compare)."""
+        """config(cell, adopt=False)'s directory, for queries (a report over many cells)."""
+        return self._locate(self._query(cell), None, adopt=False)
+
+    def _query(self, cell: Cell) -> DictConfig:
+        """The cell's config for reading only (it must not leave the caller): cells that differ
+        only in seed and rate share one composition (Hydra composes in ~0.5 s; a report of 90
+        cells spent a minute on it), with the cell's two values set in it. The same config:
+        neither value is read while composing (interpolations resolve later), and only the
+        `hydra` node, which no hash reads, would list other overrides (test_compare)."""
         overrides = self.overrides + cell.overrides(self.dims, self.decoders)
         values = cell.values()
         kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+") not in values]
         key = (*kept, *values)  # the keys it sets: a cell without a rate keeps the composed one
         if key not in self._composed:
-            self._composed[key] = self.compose(kept)
-        cfg = self._composed[key]  # set in place: it never leaves this method
+            self._composed[key] = cfg = self.compose(kept)
+            with open_dict(cfg):
+                cfg.paths.output_dir = "unset"  # not hashed; resolvable without Hydra (_locate)
+        cfg = self._composed[key]  # set in place
         for dotted, value in values.items():
             OmegaConf.update(cfg, dotted, value)
-        return self._locate(cfg, None, adopt=False)
+        return cfg
 
     def _locate(self, cfg: DictConfig, output_dir: Path | None, adopt: bool) -> Path:
         """A composed cell's directory: output_dir, or its config hash under root (or where
@@ -255,8 +261,7 @@ class GridRunner:
         """A `mixed` cell is by construction the cell of the mode it picks: that one is run."""
         if cell.attention != "mixed":
             return cell
-        cfg, _ = self.config(cell, adopt=False)
-        choice = resolved_attention(OmegaConf.to_container(cfg, resolve=True))
+        choice = resolved_attention(OmegaConf.to_container(self._query(cell), resolve=True))
         return Cell(cell.decoder, cell.dims, choice, cell.seed, cell.lr)
 
     def finished(self, cells: list[Cell]) -> dict[Cell, Path]:
