@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+TEST_WORKERS ?= auto
 
 .PHONY: help install demo train test test-all lint lock clean clean-logs clean-data wheels
 
@@ -20,7 +21,7 @@ help:
 	@echo "make clean       caches and build leftovers (__pycache__, .pytest_cache, .ruff_cache, build/)"
 	@echo "make clean-logs  every run under outputs/: checkpoints, logs, results (cannot be undone)"
 	@echo "make clean-data  the feature stores in data/cache/ (re-extracted on the next run)"
-	@echo "settings: PYTHON=python3.x (builds .venv), ARGS=\"...\""
+	@echo "settings: PYTHON=python3.x (builds .venv), ARGS=\"...\", TEST_WORKERS=auto|N|0 (pytest workers)"
 
 install: $(STAMP)
 
@@ -38,11 +39,13 @@ demo: install
 train: install
 	$(PY) train.py $(ARGS)
 
+# One pytest worker per core, each on one torch thread (tests/conftest.py): 12 min instead of 21
+# on a 2-core AVX2 CPU. TEST_WORKERS=0: one process (for --pdb, or to read one test's output).
 test: install
-	$(PY) -m pytest -m "not slow" $(ARGS)
+	$(PY) -m pytest -m "not slow" -n $(TEST_WORKERS) $(ARGS)
 
 test-all: install
-	$(PY) -m pytest $(ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) $(ARGS)
 
 lint: install
 	$(PY) -m ruff check .

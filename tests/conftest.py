@@ -25,6 +25,14 @@ os.environ.setdefault("CAPTIONING_CACHE_DIR", "/tmp/captioning-test-cache")
 # measure each tiny model and could pick bf16 on one CPU and fp32 on another); auto has its own
 # tests (test_precision.py).
 os.environ.setdefault("CAPTIONING_TRAIN_PRECISION", "32-true")
+# `make test` runs one pytest worker per core (pytest-xdist, -n auto): each worker and the
+# processes it starts compute on one thread, so two workers do not share a core's threads (the
+# suite is mostly small models, where a second thread gains little and contention costs much).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 TINY = [
     "encoder=resnet18",
