@@ -723,9 +723,32 @@ def test_the_sweep_chooses_each_modes_rate_on_validation_alone(tmp_path):
     assert [r["edge"] for r in report["rows"]] == [None, "lowest", None]
     text = sweep_markdown(report, lrs)
     assert "**0.5200 (ep 7/12)**" in text and "lstm/matched/dot: 0.001" in text
-    assert "| 0.001 (lowest tried) |" in text and "waiting for every rate" in text
+    assert "| 0.001 (lowest tried) |" in text and "| needs 0.003 |" in text
     assert "edge of the range tried" in text and "lstm/matched/dot (lowest)" in text
     assert "0.6" not in text and "0.7" not in text and "0.9" not in text  # no test score anywhere
+
+
+def test_a_rate_is_chosen_once_bracketed_and_names_the_rates_it_still_needs():
+    """The best finished rate is chosen when the rates next to it finished lower and >= 3 rates
+    spanning >= 10x finished: rates beyond it are not needed; until then the report names the
+    rates that would decide it."""
+    from captioning.compare.sweep import choose
+
+    lrs = [3e-4, 1e-3, 3e-3, 1e-2]
+    # interior and bracketed: 3e-4 is not needed
+    assert choose({1e-3: 0.51, 3e-3: 0.52, 1e-2: 0.47}, lrs) == (3e-3, [])
+    # best at 1e-3 with 3e-4 unrun: 3e-4 decides it (the optimum may lie below)
+    assert choose({1e-3: 0.46, 3e-3: 0.45, 1e-2: 0.43}, lrs) == (None, [3e-4])
+    # bracketed but only 2 rates (3.3x): more rates needed, all the unfinished ones
+    assert choose({1e-3: 0.50, 3e-3: 0.52}, [1e-3, 3e-3, 1e-2]) == (None, [1e-2])
+    assert choose({3e-4: 0.40, 1e-3: 0.46, 3e-3: 0.45}, lrs) == (1e-3, [])
+    # an edge best is chosen once its one neighbour finished (the report flags the edge)
+    assert choose({3e-4: 0.47, 1e-3: 0.46, 3e-3: 0.45}, lrs) == (3e-4, [])
+    # ties go to the lower rate; nothing finished: every rate is needed
+    assert choose({1e-3: 0.5, 3e-3: 0.5, 1e-2: 0.4, 3e-4: 0.3}, lrs) == (1e-3, [])
+    assert choose({}, lrs) == (None, lrs)
+    # a rate of 1e-3 alone: its neighbours first
+    assert choose({1e-3: 0.5}, lrs) == (None, [3e-4, 3e-3])
 
 
 def _convergence_cells(tmp_path, scores, same_captions=False):

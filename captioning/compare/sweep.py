@@ -10,15 +10,40 @@ from pathlib import Path
 
 from .grid import Cell
 
+SPAN = 10.0  # a choice needs finished rates spanning this factor at least (the issue's bar)
+MIN_RATES = 3
+
+
+def choose(means: dict[float, float], lrs: list[float]) -> tuple[float | None, list[float]]:
+    """A mode's rate from its finished rates' mean validation scores -> (chosen or None, the rates
+    still needed to choose). The best finished rate is chosen once it is bracketed: the rates next
+    to it in `lrs` have finished (the optimum cannot be between it and an unrun neighbour), and at
+    least MIN_RATES rates spanning SPAN x have finished. Rates beyond a bracketed optimum are not
+    needed (they could win only if the score had two peaks over the rates): every mode searches
+    the same grid, and none trains cells that cannot change its choice. A tie goes to the lower
+    rate. Until then, the needed rates are the best's unfinished neighbours (else every
+    unfinished rate)."""
+    if not means:
+        return None, sorted(lrs)
+    best = max(means, key=lambda lr: (means[lr], -lr))
+    grid = sorted(set(lrs) | set(means))
+    i = grid.index(best)
+    neighbours = [lr for lr in grid[max(i - 1, 0):i + 2] if lr != best and lr in lrs]
+    needed = [lr for lr in neighbours if lr not in means]
+    span = max(means) / min(means)
+    if not needed and len(means) >= MIN_RATES and span >= SPAN * (1 - 1e-9):
+        return best, []
+    return None, needed or sorted(lr for lr in lrs if lr not in means)
+
 
 def sweep_report(dirs: dict[Cell, Path], lrs: list[float]) -> dict:
     """dirs: the sweep's finished cells, lrs: the rates it tries -> {"rows": [...], "rates":
     {"decoder/dims/mode": lr}}: a row per decoder x dims x mode with each rate's validation
     score (results.json best_score: the best validation of checkpoint.monitor) and best_epoch
-    per seed; a mode's rate is the one with the best mean score over its seeds, chosen only once
-    every rate has a score (a choice among some rates would change as the others finish). A
-    choice at the lowest or highest rate tried is marked `edge`: the optimum may lie beyond
-    the range, which should be extended before the rate is fixed."""
+    per seed; a mode's rate is the one with the best mean score over its seeds, chosen once it
+    is bracketed (`choose`), with the rates still needed until then. A choice at the lowest or
+    highest rate tried is marked `edge`: the optimum may lie beyond the range, which should be
+    extended before the rate is fixed."""
     groups: dict[tuple, dict[float, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for cell, out in dirs.items():
         res = json.loads((out / "results.json").read_text())
@@ -30,12 +55,12 @@ def sweep_report(dirs: dict[Cell, Path], lrs: list[float]) -> dict:
     for (decoder, dims, mode), by_rate in sorted(groups.items()):
         means = {lr: sum(r["score"] for r in runs) / len(runs)
                  for lr, runs in by_rate.items() if all(r["score"] is not None for r in runs)}
-        complete = all(lr in means for lr in lrs)
-        chosen = max(means, key=lambda lr: (means[lr], -lr)) if complete and means else None
+        chosen, needed = choose(means, lrs)
         edge = None if chosen is None else (
             "lowest" if chosen == min(lrs) else "highest" if chosen == max(lrs) else None)
         rows.append({"decoder": decoder, "dims": dims, "attention": mode, "chosen": chosen,
-                     "edge": edge, "rates": {f"{lr:g}": runs for lr, runs in sorted(by_rate.items())}})
+                     "edge": edge, "needed": needed,
+                     "rates": {f"{lr:g}": runs for lr, runs in sorted(by_rate.items())}})
         if chosen is not None:
             rates[f"{decoder}/{dims}/{mode}"] = chosen
     return {"rows": rows, "rates": rates}
@@ -51,13 +76,13 @@ def sweep_markdown(report: dict, lrs: list[float]) -> str:
         for lr in lrs:
             runs = row["rates"].get(f"{lr:g}")
             if not runs:
-                cells.append("not run")
+                cells.append("not needed" if row["chosen"] is not None else "not run")
                 continue
             text = ", ".join(f"{r['score']:.4f} (ep {r['best_epoch']}/{r['epochs']})"
                              if r["score"] is not None else "no validation" for r in runs)
             cells.append(f"**{text}**" if row["chosen"] == lr else text)
-        chosen = ("waiting for every rate" if row["chosen"] is None else f"{row['chosen']:g}"
-                  + (f" ({row['edge']} tried)" if row["edge"] else ""))
+        chosen = ("needs " + ", ".join(f"{lr:g}" for lr in row["needed"]) if row["chosen"] is None
+                  else f"{row['chosen']:g}" + (f" ({row['edge']} tried)" if row["edge"] else ""))
         lines.append(f"| {row['decoder']} | {row['dims']} | {row['attention']} | " + " | ".join(cells)
                      + f" | {chosen} |")
     monitor = next((r["monitor"] for row in report["rows"] for runs in row["rates"].values()
@@ -68,6 +93,8 @@ def sweep_markdown(report: dict, lrs: list[float]) -> str:
     warning = ("\n\nAt the edge of the range tried (the optimum may lie beyond it: extend "
                "compare.lrs before fixing these rates): " + ", ".join(edges) + "." if edges else "")
     return ("Validation score per rate (" + monitor + "; greedy; best epoch / epochs run), "
-            "chosen: the best (test never read).\n\n" + "\n".join(lines) + warning
+            "chosen: the best (test never read), once the rates next to it have finished lower "
+            f"and at least {MIN_RATES} rates spanning {SPAN:g}x have finished; a rate beyond a "
+            "bracketed best is not needed.\n\n" + "\n".join(lines) + warning
             + "\n\nThe chosen rates, as `compare.rates` (conf/experiment/convergence.yaml):\n\n"
             + "```yaml\n  rates:\n" + rates + "\n```\n")
