@@ -832,3 +832,24 @@ def test_longest_wait_is_the_patience_a_run_needed():
     curve = [{"val/bleu4": x} for x in (0.1, 0.3, 0.2, 0.25, 0.29, 0.31, 0.30, 0.2)]
     assert longest_wait(curve) == 3  # three below 0.3, then 0.31; the trailing two never ended
     assert longest_wait([]) == 0 and longest_wait([{"val/bleu4": 0.2}] * 4) == 0
+
+
+def test_a_grid_with_a_sweep_trains_only_cells_whose_rate_was_chosen():
+    """experiment=convergence before its sweep chose a mode's rate: that mode's cells are left
+    out (never trained at the base rate); no rate at all is a message naming the sweep."""
+    from captioning.compare.run import at_chosen_rates
+    from captioning.errors import UserError
+
+    spec = {"attentions": ["additive", "dot"], "decoders": ["lstm"], "seeds": [0, 1],
+            "dims": ["matched"], "blind": False, "dim_limits": {}, "decoder_limits": {},
+            "lrs": None, "sweep": {"lrs": [1e-3, 3e-3]}, "rates": {"lstm/*/additive": 3e-3}}
+    cells = at_chosen_rates(spec, expand_grid(spec))
+    assert [(c.attention, c.seed, c.lr) for c in cells] == [("additive", 0, 3e-3), ("additive", 1, 3e-3)]
+    with pytest.raises(UserError, match="run its learning-rate sweep first"):
+        at_chosen_rates({**spec, "rates": {}}, expand_grid({**spec, "rates": {}}))
+    # no sweep named (the fixed-budget grids): every cell, at the base rate
+    plain = {**spec, "sweep": None, "rates": {}}
+    assert len(at_chosen_rates(plain, expand_grid(plain))) == 4
+    # the sweep itself (compare.lrs): every cell at each rate
+    sweep = {**spec, "lrs": [1e-3, 3e-3], "rates": {}}
+    assert len(at_chosen_rates(sweep, expand_grid(sweep))) == 8

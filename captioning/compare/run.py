@@ -79,7 +79,7 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
                         "mismatched_whitened, seed: 0, attentions: [additive, dot]}'")
     runner = _runner(spec, compose, overrides)
     root = runner.root
-    cells = expand_grid(spec)
+    cells = at_chosen_rates(spec, expand_grid(spec))
     start = time.time()
     if spec["train"]:
         executor = make_executor(spec["executor"], root / ".submitit", spec["slurm"])
@@ -208,6 +208,23 @@ def _section(name: str, overrides: list[str], compose: Callable[[list[str]], Dic
                         f"`{cfg.encoder.weights_path or 'random init'}`; "
                         f"{len(set(dirs.values()))} finished runs.")
     return section
+
+
+def at_chosen_rates(spec: dict, cells: list[Cell]) -> list[Cell]:
+    """A grid that names its sweep (compare.sweep) trains each cell at the rate the sweep chose
+    (compare.rates), never at the base rate: cells without one are left out, named in one log
+    line; none left is a UserError saying how to choose them. Other grids: every cell."""
+    if not spec["sweep"] or spec["lrs"]:
+        return cells
+    unrated = sorted({f"{c.decoder}/{c.dims}/{c.attention}" for c in cells if not c.lr})
+    if len(unrated) == len({f"{c.decoder}/{c.dims}/{c.attention}" for c in cells}):
+        raise UserError(f"compare.rates gives no rate to any cell of this grid ({', '.join(unrated)}): "
+                        "run its learning-rate sweep first (e.g. experiment=convergence_sweep), "
+                        "then commit the rates its report chose as compare.rates")
+    if unrated:
+        log.warning("grid: no chosen rate yet (compare.rates) for %s: their cells are left out until "
+                    "the sweep chooses one", ", ".join(unrated))
+    return [c for c in cells if c.lr]
 
 
 def _runner(spec: dict, compose: Callable[[list[str]], DictConfig], overrides: list[str]) -> GridRunner:
