@@ -17,7 +17,7 @@ MIN_RATES = 3
 def choose(means: dict[float, float], lrs: list[float]) -> tuple[float | None, list[float]]:
     """A mode's rate from its finished rates' mean validation scores -> (chosen or None, the rates
     still needed to choose). The best finished rate is chosen once it is bracketed: the rates next
-    to it in `lrs` have finished (the optimum cannot be between it and an unrun neighbour), and at
+    to it in `lrs` have finished (an unrun neighbour could still beat it), and at
     least MIN_RATES rates spanning SPAN x have finished. Rates beyond a bracketed optimum are not
     needed (they could win only if the score had two peaks over the rates): every mode searches
     the same grid, and none trains cells that cannot change its choice. A tie goes to the lower
