@@ -39,8 +39,8 @@ demo: install
 train: install
 	$(PY) train.py $(ARGS)
 
-# One pytest worker per core, each on one torch thread (tests/conftest.py): 12 min instead of 21
-# on a 2-core AVX2 CPU. TEST_WORKERS=0: one process (for --pdb, or to read one test's output).
+# One pytest worker per core, each on one torch thread (tests/conftest.py): 9 min instead of 21
+# on a 2-core AVX2 CPU (docs/development.md). TEST_WORKERS=0: one process (for --pdb, or to read one test's output).
 test: install
 	$(PY) -m pytest -m "not slow" -n $(TEST_WORKERS) $(ARGS)
 
