@@ -852,6 +852,7 @@ def test_a_grid_with_a_sweep_trains_only_cells_whose_rate_was_chosen():
     assert [(c.attention, c.seed, c.lr) for c in cells] == [("additive", 0, 3e-3), ("additive", 1, 3e-3)]
     with pytest.raises(UserError, match="run its learning-rate sweep first"):
         at_chosen_rates({**spec, "rates": {}}, expand_grid({**spec, "rates": {}}))
+    assert at_chosen_rates(spec, []) == []  # an empty grid is not a missing rate
     # no sweep named (the fixed-budget grids): every cell, at the base rate
     plain = {**spec, "sweep": None, "rates": {}}
     assert len(at_chosen_rates(plain, expand_grid(plain))) == 4
