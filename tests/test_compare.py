@@ -859,3 +859,43 @@ def test_a_grid_with_a_sweep_trains_only_cells_whose_rate_was_chosen():
     # the sweep itself (compare.lrs): every cell at each rate
     sweep = {**spec, "lrs": [1e-3, 3e-3], "rates": {}}
     assert len(at_chosen_rates(sweep, expand_grid(sweep))) == 8
+
+
+def test_a_local_sweep_trains_only_the_rates_that_decide_each_choice(tmp_path, monkeypatch):
+    """compare.bracket: each mode's middle rate first, then its best's neighbours until the best
+    is bracketed; a rate beyond it is never trained. Modes take turns."""
+    import math
+
+    from captioning.compare.sweep import sweep_report, train_bracketed
+
+    peaks = {"additive": 3e-3, "dot": 3e-4}  # validation peaks inside and at the low edge
+    fake = FakeRuns()
+    trained = []
+
+    def compose(overrides):
+        cfg = fake.compose(overrides)
+        kv = dict(o.split("=", 1) for o in overrides)
+        cfg.optim.optimizer.lr = float(kv.get("optim.optimizer.lr", 0))
+        return cfg
+
+    def train(cfg):
+        lr, mode = cfg.optim.optimizer.lr, cfg.attention.name
+        trained.append((mode, lr))
+        score = 0.5 - 0.1 * (math.log10(lr) - math.log10(peaks[mode])) ** 2
+        out = Path(cfg.paths.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps({
+            "best_score": score, "monitor": "val/bleu4", "best_epoch": 3, "epochs_trained": 7}))
+
+    monkeypatch.setattr(grid_mod, "train", train)
+    lrs = [3e-4, 1e-3, 3e-3, 1e-2]
+    spec = completed({"attentions": ["additive", "dot"], "decoders": ["lstm"], "seeds": [0],
+                      "dims": ["matched"], "blind": False, "lrs": lrs}, Compare)
+    cells = expand_grid(spec)
+    runner = GridRunner(compose, [], tmp_path, DIMS)
+    done = train_bracketed(runner, cells, lrs)
+    assert trained == [("additive", 1e-3), ("dot", 1e-3), ("additive", 3e-3), ("dot", 3e-3),
+                       ("additive", 1e-2), ("dot", 3e-4)]
+    report = sweep_report(done, lrs)
+    assert report["rates"] == {"lstm/matched/additive": 3e-3, "lstm/matched/dot": 3e-4}
+    assert train_bracketed(runner, cells, lrs) == done and len(trained) == 6  # nothing left to train

@@ -23,7 +23,7 @@ from .convergence import convergence_markdown, convergence_report, save_curves
 from .executor import make_executor
 from .grid import Cell, GridRunner, expand_grid
 from .report import build_markdown, build_report, save_plots
-from .sweep import sweep_markdown, sweep_report
+from .sweep import sweep_markdown, sweep_report, train_bracketed
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,10 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
     start = time.time()
     if spec["train"]:
         executor = make_executor(spec["executor"], root / ".submitit", spec["slurm"])
-        dirs = runner.run(cells, executor)
+        if spec["lrs"] and spec["bracket"] and executor is None:  # a sweep, cell by cell here
+            dirs = train_bracketed(runner, cells, [float(lr) for lr in spec["lrs"]])
+        else:  # every cell (a cluster's jobs are submitted at once)
+            dirs = runner.run(cells, executor)
     else:  # report only: the cells that exist
         dirs = runner.finished(cells)
     train_s = time.time() - start

@@ -5,13 +5,19 @@ not read: its scores are in the cells' results.json, never in this report."""
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from pathlib import Path
 
-from .grid import Cell
+from .grid import Cell, GridRunner
 
 SPAN = 10.0  # a choice needs finished rates spanning this factor at least (the issue's bar)
 MIN_RATES = 3
+
+
+def leader(means: dict[float, float]) -> float:
+    """The rate with the best mean score; a tie goes to the lower rate."""
+    return max(means, key=lambda lr: (means[lr], -lr))
 
 
 def choose(means: dict[float, float], lrs: list[float]) -> tuple[float | None, list[float]]:
@@ -21,11 +27,11 @@ def choose(means: dict[float, float], lrs: list[float]) -> tuple[float | None, l
     least MIN_RATES rates spanning SPAN x have finished. Rates beyond a bracketed optimum are not
     needed (they could win only if the score had two peaks over the rates): every mode searches
     the same grid, and none trains cells that cannot change its choice. A tie goes to the lower
-    rate. Until then, the needed rates are the best's unfinished neighbours (else every
+    rate (leader). Until then, the needed rates are the best's unfinished neighbours (else every
     unfinished rate)."""
     if not means:
         return None, sorted(lrs)
-    best = max(means, key=lambda lr: (means[lr], -lr))
+    best = leader(means)
     grid = sorted(set(lrs) | set(means))
     i = grid.index(best)
     neighbours = [lr for lr in grid[max(i - 1, 0):i + 2] if lr != best and lr in lrs]
@@ -34,6 +40,36 @@ def choose(means: dict[float, float], lrs: list[float]) -> tuple[float | None, l
     if not needed and len(means) >= MIN_RATES and span >= SPAN * (1 - 1e-9):
         return best, []
     return None, needed or sorted(lr for lr in lrs if lr not in means)
+
+
+def train_bracketed(runner: GridRunner, cells: list[Cell], lrs: list[float]) -> dict[Cell, Path]:
+    """Train a sweep's cells one at a time, only those a choice still needs (`choose`): each
+    mode's rate nearest the middle of the range first, then the neighbours of its best so far,
+    until its best is bracketed; modes take turns, so that several processes working the same
+    sweep (cells lock) start on different modes. A cell another process holds, or one that
+    failed, is not tried again here. -> the finished cells (runner.finished)."""
+    middle = math.log(min(lrs) * max(lrs)) / 2
+    groups = list(dict.fromkeys((c.decoder, c.dims, c.attention) for c in cells))
+    tried: set[Cell] = set()
+    while True:
+        done = runner.finished(cells)
+        rows = {(r["decoder"], r["dims"], r["attention"]): r for r in sweep_report(done, lrs)["rows"]}
+        todo = [c for c in cells if c not in done and c not in tried
+                and c.lr in (rows[k]["needed"] if (k := (c.decoder, c.dims, c.attention)) in rows
+                             else lrs)]
+        if not todo:
+            return done
+
+        def order(cell: Cell) -> tuple:
+            key = (cell.decoder, cell.dims, cell.attention)
+            leading = rows[key]["leading"] if key in rows else None
+            centre = math.log(leading) if leading else middle
+            turns = sum(1 for t in tried if (t.decoder, t.dims, t.attention) == key)
+            return turns, groups.index(key), abs(math.log(cell.lr) - centre), cell.lr, cell.seed
+
+        pick = min(todo, key=order)
+        tried.add(pick)
+        runner.run([pick])
 
 
 def sweep_report(dirs: dict[Cell, Path], lrs: list[float]) -> dict:
@@ -59,7 +95,7 @@ def sweep_report(dirs: dict[Cell, Path], lrs: list[float]) -> dict:
         edge = None if chosen is None else (
             "lowest" if chosen == min(lrs) else "highest" if chosen == max(lrs) else None)
         rows.append({"decoder": decoder, "dims": dims, "attention": mode, "chosen": chosen,
-                     "edge": edge, "needed": needed,
+                     "edge": edge, "needed": needed, "leading": leader(means) if means else None,
                      "rates": {f"{lr:g}": runs for lr, runs in sorted(by_rate.items())}})
         if chosen is not None:
             rates[f"{decoder}/{dims}/{mode}"] = chosen

@@ -244,6 +244,7 @@ class Compare:
     dim_settings: dict[str, Any] = setting({})
     decoder_settings: dict[str, Any] = setting({})
     lrs: Any = None                 # peak rates to sweep (a list), or null: the run's own
+    bracket: bool = True            # a local sweep trains only the rates a choice needs (sweep.choose)
     rates: dict[str, Any] = setting({})
     sweep: Any = None
     dim_limits: dict[str, Limit] = setting({})
