@@ -37,11 +37,17 @@ class Cell:
     @property
     def label(self) -> str:
         rate = f"/lr{self.lr:g}" if self.lr else ""
-        return f"{self.decoder}/{self.dims}/{self.attention}/s{self.seed}{rate}"
+        return f"{self.group}/s{self.seed}{rate}"
+
+    @property
+    def group(self) -> str:
+        """decoder/dims/attention: the cells that differ only in seed and rate (a compare.rates
+        key, a row of the sweep)."""
+        return f"{self.decoder}/{self.dims}/{self.attention}"
 
     def values(self) -> dict[str, int | float]:
         """What this cell sets by value, not by choosing a config file: its seed and, if it has
-        one, its rate (GridRunner.directory sets them after composing)."""
+        one, its rate (GridRunner._query sets them after composing)."""
         return {"seed": self.seed, **({"optim.optimizer.lr": float(f"{self.lr:g}")} if self.lr else {})}
 
     def overrides(self, dims: dict[str, list[str]],

@@ -219,8 +219,8 @@ def at_chosen_rates(spec: dict, cells: list[Cell]) -> list[Cell]:
     line; none left is a UserError saying how to choose them. Other grids: every cell."""
     if not spec["sweep"] or spec["lrs"]:
         return cells
-    unrated = sorted({f"{c.decoder}/{c.dims}/{c.attention}" for c in cells if not c.lr})
-    if unrated and len(unrated) == len({f"{c.decoder}/{c.dims}/{c.attention}" for c in cells}):
+    unrated = sorted({c.group for c in cells if not c.lr})
+    if unrated and len(unrated) == len({c.group for c in cells}):
         raise UserError(f"compare.rates gives no rate to any cell of this grid ({', '.join(unrated)}): "
                         "run its learning-rate sweep first (e.g. experiment=convergence_sweep), "
                         "then commit the rates its report chose as compare.rates")

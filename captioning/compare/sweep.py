@@ -49,23 +49,22 @@ def train_bracketed(runner: GridRunner, cells: list[Cell], lrs: list[float]) -> 
     sweep (cells lock) start on different modes. A cell another process holds, or one that
     failed, is not tried again here. -> the finished cells (runner.finished)."""
     middle = math.log(min(lrs) * max(lrs)) / 2
-    groups = list(dict.fromkeys((c.decoder, c.dims, c.attention) for c in cells))
+    groups = list(dict.fromkeys(c.group for c in cells))
     tried: set[Cell] = set()
     while True:
         done = runner.finished(cells)
-        rows = {(r["decoder"], r["dims"], r["attention"]): r for r in sweep_report(done, lrs)["rows"]}
+        rows = {"/".join((r["decoder"], r["dims"], r["attention"])): r
+                for r in sweep_report(done, lrs)["rows"]}
         todo = [c for c in cells if c not in done and c not in tried
-                and c.lr in (rows[k]["needed"] if (k := (c.decoder, c.dims, c.attention)) in rows
-                             else lrs)]
+                and c.lr in (rows[c.group]["needed"] if c.group in rows else lrs)]
         if not todo:
             return done
 
         def order(cell: Cell) -> tuple:
-            key = (cell.decoder, cell.dims, cell.attention)
-            leading = rows[key]["leading"] if key in rows else None
+            leading = rows[cell.group]["leading"] if cell.group in rows else None
             centre = math.log(leading) if leading else middle
-            turns = sum(1 for t in tried if (t.decoder, t.dims, t.attention) == key)
-            return turns, groups.index(key), abs(math.log(cell.lr) - centre), cell.lr, cell.seed
+            turns = sum(1 for t in tried if t.group == cell.group)
+            return turns, groups.index(cell.group), abs(math.log(cell.lr) - centre), cell.lr, cell.seed
 
         pick = min(todo, key=order)
         tried.add(pick)
