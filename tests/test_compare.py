@@ -733,6 +733,42 @@ def test_the_sweep_chooses_each_modes_rate_on_validation_alone(tmp_path):
     assert "0.6" not in text and "0.7" not in text and "0.9" not in text  # no test score anywhere
 
 
+def test_a_choice_within_seed_noise_is_marked_and_each_rate_is_drawn(tmp_path):
+    """The margin (chosen minus runner-up validation score) beside the seed std at the chosen
+    rate: a margin below the std is "within" noise; the sweep figure draws a line per rate."""
+    from captioning.compare.curves import save_sweep_curves
+    from captioning.compare.sweep import add_margins, sweep_markdown, sweep_report
+
+    def cell(mode, lr, val):
+        out = tmp_path / f"{mode}{lr}"
+        out.mkdir()
+        curve = [{"epoch": e, "val/bleu4": val - 0.02 * abs(7 - e)} for e in range(1, 12)]
+        (out / "results.json").write_text(json.dumps({
+            "best_score": val, "monitor": "val/bleu4", "best_epoch": 7, "epochs_trained": 11,
+            "stopped_early_after": 11, "val_curve": curve}))
+        return Cell("lstm", "matched", mode, 0, lr), out
+
+    lrs = [1e-3, 3e-3, 1e-2]
+    dirs = dict([cell("additive", 1e-3, 0.515), cell("additive", 3e-3, 0.520), cell("additive", 1e-2, 0.47),
+                 cell("dot", 1e-3, 0.49), cell("dot", 3e-3, 0.46), cell("dot", 1e-2, 0.43),
+                 cell("scaled_dot", 1e-3, 0.50)])
+    report = sweep_report(dirs, lrs)
+    assert report["rows"][0]["rates"]["0.003"][0]["curve"][6] == [7, 0.520]
+    add_margins(report, {"lstm/matched/additive": {"std": 0.008, "n": 5},
+                         "lstm/matched/dot": {"std": 0.008, "n": 5}})
+    additive, dot, scaled = report["rows"]
+    assert additive["margin"]["runner_up"] == 1e-3 and additive["margin"]["diff"] == pytest.approx(0.005)
+    assert dot["margin"]["runner_up"] == 3e-3 and dot["margin"]["diff"] == pytest.approx(0.03)
+    assert "margin" not in scaled  # no rate chosen: nothing to weigh
+    text = sweep_markdown(report, lrs)
+    assert "| +0.0050 vs 0.001; std 0.0080, 5 seeds (within) |" in text
+    assert "| +0.0300 vs 0.003; std 0.0080, 5 seeds |" in text
+    add_margins(report, {})  # before the grid's other seeds: the margin alone
+    assert "+0.0050 vs 0.001 (seed std: one seed so far)" in sweep_markdown(report, lrs)
+    assert save_sweep_curves(report, tmp_path).stat().st_size > 10_000
+    assert save_sweep_curves({"rows": []}, tmp_path) is None
+
+
 def test_a_rate_is_chosen_once_bracketed_and_names_the_rates_it_still_needs():
     """The best finished rate is chosen when the rates next to it finished lower and >= 3 rates
     spanning >= 10x finished: rates beyond it are not needed; until then the report names the
@@ -783,7 +819,8 @@ def _convergence_cells(tmp_path, scores, same_captions=False):
 
 
 def test_the_convergence_report_pairs_by_seed_and_takes_the_difference_of_differences(tmp_path):
-    from captioning.compare.convergence import convergence_markdown, convergence_report, save_curves
+    from captioning.compare.convergence import convergence_markdown, convergence_report
+    from captioning.compare.curves import save_curves
 
     rng = np.random.default_rng(0)
     scores = {(dims, mode, seed): (float(rng.uniform(0.2, 0.4)), None if seed == 2 and mode == "dot" else

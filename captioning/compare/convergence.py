@@ -110,6 +110,8 @@ def convergence_report(dirs: dict[Cell, Path], references: dict, spec: dict,
             "decoder": decoder, "dims": dims, "attention": mode, "seeds": sorted(by_seed),
             "lr": sorted({c.lr or _peak_lr(dirs[c]) for c in by_seed.values()}),
             "bleu4": t_interval([r["test/bleu4"] for r in res]), "bleu4_boot": percentile_interval(boot),
+            # the validation score the sweep chose rates by, over seeds (sweep.add_margins)
+            "val_best": t_interval([r["best_score"] for r in res if r.get("best_score") is not None]),
             "at_epoch": {s: t_interval([x for c in by_seed.values() if (x := cells.score(c, s)) is not None])
                          for s in stages if s != BEST},
             "attr_acc": t_interval([r.get("test/attr_acc", math.nan) for r in res]),
@@ -174,7 +176,8 @@ def _diff(d: dict | None) -> str:
     return f"**{text}**" if clear else text
 
 
-def convergence_markdown(report: dict) -> str:
+def convergence_markdown(report: dict, figure: str | None = None) -> str:
+    """The report's Markdown; `figure`: the learning-curve image beside it (curves.save_curves)."""
     snaps = [s for s in report["stages"] if s != BEST]
     lines = ["### At convergence", "",
              "Test split, best-validation checkpoint, the base config's decoding. BLEU-4 mean ± std "
@@ -199,6 +202,8 @@ def convergence_markdown(report: dict) -> str:
                      + f" | {epoch} | {r['stopped_early']}/{len(r['seeds'])} | {r['longest_wait']} | "
                      f"{_ci(r['attr_acc'])} | "
                      f"{_ci(r['attn_entropy'], 2)} |")
+    if figure:
+        lines += ["", f"![validation BLEU-4 per epoch, mean over seeds]({figure})"]
     stages = report["stages"]
     if report["gaps"]:
         lines += _stage_table(
@@ -233,50 +238,3 @@ def _stage_table(title: str, about: str, heads: list[str], rows: list[tuple[list
     for cells, by_stage in rows:
         lines.append("| " + " | ".join(cells + [_diff(by_stage[s]) for s in stages]) + " |")
     return lines
-
-
-def save_curves(report: dict, out: Path) -> Path:
-    """learning_curves.png: validation BLEU-4 per epoch, one panel per decoder x dims, a line per
-    mode (mean over the seeds still training at that epoch) with a min-max band over seeds, and
-    each seed's best epoch marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = sorted({tuple(k.split("/")[:2]) for k in report["curves"]})
-    modes = list(dict.fromkeys(k.split("/")[2] for k in report["curves"]))
-    cols = min(3, len(panels))
-    rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.8 * rows), squeeze=False)
-    for ax, (decoder, dims) in zip(axes.flat, panels):
-        for k, mode in enumerate(modes):
-            seeds = report["curves"].get(f"{decoder}/{dims}/{mode}")
-            if not seeds:
-                continue
-            by_epoch = defaultdict(list)
-            for curve in seeds.values():
-                for epoch, score in curve:
-                    if score is not None:
-                        by_epoch[epoch].append(score)
-                if curve:
-                    best = max(curve, key=lambda e: (e[1] if e[1] is not None else -1, -e[0]))
-                    ax.plot(best[0], best[1], marker="o", ms=3, color=f"C{k}", alpha=0.7)
-            epochs = sorted(by_epoch)
-            mean = [np.mean(by_epoch[e]) for e in epochs]
-            ax.plot(epochs, mean, color=f"C{k}", label=f"{mode} ({len(seeds)} seeds)")
-            ax.fill_between(epochs, [min(by_epoch[e]) for e in epochs], [max(by_epoch[e]) for e in epochs],
-                            color=f"C{k}", alpha=0.15)
-        ax.set_title(f"{decoder}, {dims}", fontsize=9)
-        ax.set_xlabel("epoch")
-        ax.set_ylabel("validation BLEU-4 (greedy)")
-        ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.axis("off")
-    fig.text(0.01, 0.005, "line: mean over the seeds still training; band: min-max over them; "
-             "dots: each seed's best epoch (its best.ckpt)", fontsize=7)
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    path = out / "learning_curves.png"
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path

@@ -19,11 +19,12 @@ from ..gallery import build_gallery
 from ..schema import completed
 from ..schema.fields import REQUIRED
 from ..schema.run import Compare
-from .convergence import convergence_markdown, convergence_report, save_curves
+from .convergence import convergence_markdown, convergence_report
+from .curves import save_curves, save_sweep_curves
 from .executor import make_executor
 from .grid import Cell, GridRunner, expand_grid
 from .report import build_markdown, build_report, save_plots
-from .sweep import sweep_markdown, sweep_report, train_bracketed
+from .sweep import add_margins, sweep_markdown, sweep_report, train_bracketed
 
 log = logging.getLogger(__name__)
 
@@ -141,18 +142,24 @@ def _convergence(cfg: DictConfig, spec: dict, dirs: dict[Cell, Path], runner: Gr
     report = convergence_report(dirs, _test_references(cfg), {**spec, "snapshot_epochs": snapshots},
                                 samples)
     report["throughput"] = _throughput(spec)
-    markdown = convergence_markdown(report)
-    if spec["sweep"]:
-        sweep_cells = expand_grid({**spec, **spec["sweep"]})  # its lrs, dims and seeds
-        swept = runner.finished(sweep_cells)
-        report["sweep"] = sweep_report(swept, [float(x) for x in spec["sweep"]["lrs"]])
-        markdown = ("### Learning rates (experiment=convergence_sweep)\n\n"
-                    + sweep_markdown(report["sweep"], [float(x) for x in spec["sweep"]["lrs"]])
-                    + f"\n{len(swept)} of {len(sweep_cells)} sweep cells finished.\n\n" + markdown)
-    report["grid_wall_s"] = train_s
     out = runner.root / time.strftime("%Y-%m-%d_%H-%M-%S")
     out.mkdir(parents=True, exist_ok=True)
     save_curves(report, out)
+    markdown = convergence_markdown(report, figure="learning_curves.png")
+    if spec["sweep"]:
+        sweep_cells = expand_grid({**spec, **spec["sweep"]})  # its lrs, dims and seeds
+        swept = runner.finished(sweep_cells)
+        lrs = [float(x) for x in spec["sweep"]["lrs"]]
+        report["sweep"] = sweep_report(swept, lrs)
+        add_margins(report["sweep"], {f"{r['decoder']}/{r['dims']}/{r['attention']}": r["val_best"]
+                                      for r in report["rows"]})
+        figure = save_sweep_curves(report["sweep"], out)
+        markdown = ("### Learning rates (experiment=convergence_sweep)\n\n"
+                    + sweep_markdown(report["sweep"], lrs)
+                    + f"\n{len(swept)} of {len(sweep_cells)} sweep cells finished."
+                    + (f"\n\n![validation score per epoch at each rate]({figure.name})" if figure else "")
+                    + "\n\n" + markdown)
+    report["grid_wall_s"] = train_s
     _write_report(out, spec["name"], markdown, report, train_s)
     return out
 

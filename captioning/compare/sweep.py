@@ -85,7 +85,8 @@ def sweep_report(dirs: dict[Cell, Path], lrs: list[float]) -> dict:
         groups[(cell.decoder, cell.dims, cell.attention)][cell.lr].append({
             "seed": cell.seed, "score": res.get("best_score"), "monitor": res.get("monitor"),
             "best_epoch": res.get("best_epoch"), "epochs": res.get("epochs_trained"),
-            "stopped_early": res.get("stopped_early_after") is not None})
+            "stopped_early": res.get("stopped_early_after") is not None,
+            "curve": [[e["epoch"], e.get(res.get("monitor"))] for e in res.get("val_curve", [])]})
     rows, rates = [], {}
     for (decoder, dims, mode), by_rate in sorted(groups.items()):
         means = {lr: sum(r["score"] for r in runs) / len(runs)
@@ -95,17 +96,52 @@ def sweep_report(dirs: dict[Cell, Path], lrs: list[float]) -> dict:
             "lowest" if chosen == min(lrs) else "highest" if chosen == max(lrs) else None)
         rows.append({"decoder": decoder, "dims": dims, "attention": mode, "chosen": chosen,
                      "edge": edge, "needed": needed, "leading": leader(means) if means else None,
+                     "means": {f"{lr:g}": m for lr, m in sorted(means.items())},
                      "rates": {f"{lr:g}": runs for lr, runs in sorted(by_rate.items())}})
         if chosen is not None:
             rates[f"{decoder}/{dims}/{mode}"] = chosen
     return {"rows": rows, "rates": rates}
 
 
+def monitor_of(rows: list[dict]) -> str | None:
+    """The validation metric sweep rows' runs were judged on (their checkpoint.monitor)."""
+    return next((r["monitor"] for row in rows for runs in row["rates"].values() for r in runs
+                 if r.get("monitor")), None)
+
+
+def add_margins(report: dict, spread: dict[str, dict]) -> None:
+    """Is a choice within seed noise? Adds to each row with a chosen rate its margin: the chosen
+    rate's mean validation score minus the next best rate's, beside `spread[group]` (t_interval of
+    the same validation score over the convergence grid's seeds at the chosen rate): a margin
+    below that std means another seed could have chosen the runner-up."""
+    for row in report["rows"]:
+        group = f"{row['decoder']}/{row['dims']}/{row['attention']}"
+        means = {float(lr): m for lr, m in row["means"].items()}
+        if row["chosen"] is None or len(means) < 2:
+            continue
+        runner_up = leader({lr: m for lr, m in means.items() if lr != row["chosen"]})
+        seeds = spread.get(group) or {}
+        row["margin"] = {"runner_up": runner_up, "diff": means[row["chosen"]] - means[runner_up],
+                         "seed_std": seeds.get("std"), "seeds": seeds.get("n", 0)}
+
+
+def _margin(row: dict) -> str:
+    m = row.get("margin")
+    if not m:
+        return ""
+    if not m["seeds"] or m["seeds"] < 2:
+        return f"{m['diff']:+.4f} vs {m['runner_up']:g} (seed std: one seed so far)"
+    within = " (within)" if m["diff"] < m["seed_std"] else ""
+    return f"{m['diff']:+.4f} vs {m['runner_up']:g}; std {m['seed_std']:.4f}, {m['seeds']} seeds{within}"
+
+
 def sweep_markdown(report: dict, lrs: list[float]) -> str:
     """The sweep's table: validation score (best epoch / epochs run) per rate, the chosen rate
     in bold, and the compare.rates block to commit."""
-    head = "| decoder | dims | attention | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | chosen |"
-    lines = [head, "|" + "---|" * 3 + "---:|" * len(lrs) + "---|"]
+    margins = any("margin" in row for row in report["rows"])
+    head = ("| decoder | dims | attention | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | chosen |"
+            + (" margin |" if margins else ""))
+    lines = [head, "|" + "---|" * 3 + "---:|" * len(lrs) + "---|" + ("---|" if margins else "")]
     for row in report["rows"]:
         cells = []
         for lr in lrs:
@@ -119,9 +155,8 @@ def sweep_markdown(report: dict, lrs: list[float]) -> str:
         chosen = ("needs " + ", ".join(f"{lr:g}" for lr in row["needed"]) if row["chosen"] is None
                   else f"{row['chosen']:g}" + (f" ({row['edge']} tried)" if row["edge"] else ""))
         lines.append(f"| {row['decoder']} | {row['dims']} | {row['attention']} | " + " | ".join(cells)
-                     + f" | {chosen} |")
-    monitor = next((r["monitor"] for row in report["rows"] for runs in row["rates"].values()
-                    for r in runs if r.get("monitor")), "the monitored validation score")
+                     + f" | {chosen} |" + (f" {_margin(row)} |" if margins else ""))
+    monitor = monitor_of(report["rows"]) or "the monitored validation score"
     rates = "\n".join(f"    {k}: {v:g}" for k, v in sorted(report["rates"].items()))
     edges = [f"{r['decoder']}/{r['dims']}/{r['attention']} ({r['edge']})" for r in report["rows"]
              if r["edge"]]
@@ -130,6 +165,11 @@ def sweep_markdown(report: dict, lrs: list[float]) -> str:
     return ("Validation score per rate (" + monitor + "; greedy; best epoch / epochs run), "
             "chosen: the best (test never read), once the rates next to it have finished lower "
             f"and at least {MIN_RATES} rates spanning {SPAN:g}x have finished; a rate beyond a "
-            "bracketed best is not needed.\n\n" + "\n".join(lines) + warning
+            "bracketed best is not needed." + (
+                " Margin: the chosen rate's validation score minus the next best rate's, beside "
+                "the std of that score over the convergence grid's seeds at the chosen rate; "
+                "\"within\": the margin is smaller than the std, another seed might have chosen "
+                "the runner-up (the two rates are equally good, as far as this sweep can tell)."
+                if margins else "") + "\n\n" + "\n".join(lines) + warning
             + "\n\nThe chosen rates, as `compare.rates` (conf/experiment/convergence.yaml):\n\n"
             + "```yaml\n  rates:\n" + rates + "\n```\n")
