@@ -818,6 +818,9 @@ def _convergence_cells(tmp_path, scores, same_captions=False):
     return dirs, {i: r for i, r in refs.items()}
 
 
+WIDTH = ["mismatched_whitened", "matched"]  # the width's interaction (conf/experiment/convergence.yaml)
+
+
 def test_the_convergence_report_pairs_by_seed_and_takes_the_difference_of_differences(tmp_path):
     from captioning.compare.convergence import convergence_markdown, convergence_report
     from captioning.compare.curves import save_curves
@@ -828,7 +831,7 @@ def test_the_convergence_report_pairs_by_seed_and_takes_the_difference_of_differ
               for dims in ("matched", "mismatched_whitened") for mode in ("additive", "dot", "scaled_dot")
               for seed in range(3)}
     dirs, refs = _convergence_cells(tmp_path, scores)
-    report = convergence_report(dirs, refs, {"snapshot_epochs": [2, 5]}, samples=200)
+    report = convergence_report(dirs, refs, {"snapshot_epochs": [2, 5], "interactions": [WIDTH]}, samples=200)
     best = {k: v[2] for k, v in scores.items()}
     inter = next(i for i in report["interactions"] if (i["a"], i["b"]) == ("additive", "dot"))
     want = [(best[("mismatched_whitened", "additive", s)] - best[("mismatched_whitened", "dot", s)])
@@ -845,6 +848,57 @@ def test_the_convergence_report_pairs_by_seed_and_takes_the_difference_of_differ
     assert save_curves(report, tmp_path).stat().st_size > 10_000
 
 
+def test_a_condition_on_anothers_features_borrows_the_modes_it_did_not_run(tmp_path):
+    """compare.same_features: query_projected (dot only) takes additive from mismatched_whitened
+    for its gap, paired by the seeds both ran, and is set against mismatched_whitened's dot (the
+    projection's effect); an interaction may pair conditions through the borrowed mode too."""
+    from captioning.compare.convergence import convergence_markdown, convergence_report
+
+    rng = np.random.default_rng(1)
+    scores = {("mismatched_whitened", mode, seed): (0.3, 0.4, float(rng.uniform(0.4, 0.6)))
+              for mode in ("additive", "dot") for seed in range(3)}
+    scores |= {("query_projected", "dot", seed): (0.3, 0.4, float(rng.uniform(0.4, 0.6)))
+               for seed in range(2)}
+    dirs, refs = _convergence_cells(tmp_path, scores)
+    spec = {"snapshot_epochs": [2, 5], "same_features": {"query_projected": "mismatched_whitened"},
+            "interactions": [["query_projected", "mismatched_whitened"]]}
+    report = convergence_report(dirs, refs, spec, samples=100)
+    best = {k: v[2] for k, v in scores.items()}
+    gaps = {(g["dims"], g["a"], g["a_dims"], g["b"], g["b_dims"]): g for g in report["gaps"]}
+    borrowed = gaps[("query_projected", "additive", "mismatched_whitened", "dot", "query_projected")]
+    assert borrowed["seeds"] == [0, 1]
+    assert borrowed["stages"]["best"]["per_seed"] == pytest.approx(
+        [best[("mismatched_whitened", "additive", s)] - best[("query_projected", "dot", s)] for s in (0, 1)])
+    projection = gaps[("query_projected", "dot", "query_projected", "dot", "mismatched_whitened")]
+    assert projection["stages"]["best"]["per_seed"] == pytest.approx(
+        [best[("query_projected", "dot", s)] - best[("mismatched_whitened", "dot", s)] for s in (0, 1)])
+    # (additive − dot(query)) − (additive − dot(key)) = dot(key) − dot(query)
+    [inter] = report["interactions"]
+    assert inter["stages"]["best"]["per_seed"] == pytest.approx(
+        [-x for x in projection["stages"]["best"]["per_seed"]])
+    text = convergence_markdown(report)
+    assert "| lstm | query_projected | additive (mismatched_whitened) − dot | 2 |" in text
+    assert "| lstm | query_projected | dot − dot (mismatched_whitened) | 2 |" in text
+    assert "| lstm | query_projected − mismatched_whitened | additive − dot | 2 |" in text
+
+
+def test_report_conditions_must_be_the_grids():
+    """A misspelt condition in compare.interactions or same_features stops the run before any
+    cell trains, naming the key and the conditions there are."""
+    from captioning.compare.run import _check_conditions
+    from captioning.errors import UserError
+
+    spec = {"dim_settings": {"matched": [], "mismatched_whitened": []}, "interactions": [WIDTH],
+            "same_features": {}}
+    _check_conditions(spec)
+    with pytest.raises(UserError, match=r"compare.interactions\[0\].*matched, mismatched_whitened"):
+        _check_conditions({**spec, "interactions": [["mismatched_whitend", "matched"]]})
+    with pytest.raises(UserError, match=r"compare.interactions\[0\]"):
+        _check_conditions({**spec, "interactions": [["matched"]]})
+    with pytest.raises(UserError, match=r"compare.same_features.query_projected"):
+        _check_conditions({**spec, "same_features": {"query_projected": "mismatched_whitened"}})
+
+
 def test_identical_captions_give_a_zero_image_interval(tmp_path):
     """The image bootstrap resamples the same images for both modes: equal captions, zero width."""
     from captioning.compare.convergence import convergence_report
@@ -852,7 +906,8 @@ def test_identical_captions_give_a_zero_image_interval(tmp_path):
     scores = {(dims, mode, seed): (0.3, 0.4, 0.5) for dims in ("matched", "mismatched_whitened")
               for mode in ("additive", "dot") for seed in range(2)}
     dirs, refs = _convergence_cells(tmp_path, scores, same_captions=True)
-    report = convergence_report(dirs, refs, {"snapshot_epochs": [2, 5]}, samples=100)
+    report = convergence_report(dirs, refs, {"snapshot_epochs": [2, 5], "interactions": [WIDTH]}, samples=100)
+    assert report["interactions"]
     for g in report["gaps"] + report["interactions"]:
         assert g["stages"]["best"]["boot"] == (0.0, 0.0)
 

@@ -1,8 +1,9 @@
 """The report of the comparison at convergence (experiment=convergence): per decoder x dims x
 mode the test score of the best-validation checkpoint with CIs over seeds and over images and
 the epochs it took; the additive - dot (and - scaled dot) gap after 2 and 5 epochs and at
-convergence, paired by seed; the width x mode interaction (difference of differences); the
-learning curves. Every number from the cells' own files (results.json, predictions*.json)."""
+convergence, paired by seed; condition x mode interactions (difference of differences, e.g. the
+width's: compare.interactions' [mismatched_whitened, matched]). Every number from the cells' own
+files (results.json, predictions*.json); the figures: compare/curves.py."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ from .report import cell_provenance, image_stats, predicted, provenance_markdown
 
 BEST = "best"  # the stage of best.ckpt; the others are snapshot epochs ("2", "5")
 CONTRASTS = (("additive", "dot"), ("additive", "scaled_dot"))
-WIDTHS = ("mismatched_whitened", "matched")  # the interaction: 2048-d minus 512-d, same features
 
 
 class Cells:
@@ -123,29 +123,47 @@ def convergence_report(dirs: dict[Cell, Path], references: dict, spec: dict,
             "longest_wait": max(longest_wait(r.get("val_curve", [])) for r in res),
             "capped": sum(r.get("stopped_early_after") is None for r in res),
         })
+    # a dims on another dims' features (query_projected: mismatched_whitened's) takes from it
+    # the modes it did not run, for its gaps (compare.same_features)
+    same = dict(spec.get("same_features") or {})
+
+    def runs(decoder: str, dims: str, mode: str) -> tuple[dict[int, Cell] | None, str]:
+        if (decoder, dims, mode) not in groups and dims in same:
+            dims = same[dims]
+        return groups.get((decoder, dims, mode)), dims
+
+    def paired(sides: list[tuple[dict[int, Cell], int]]) -> tuple[list[int], dict]:
+        seeds = sorted(set.intersection(*(set(g) for g, _ in sides)))
+        pairs = [([g[s] for g, _ in sides], [sign for _, sign in sides]) for s in seeds]
+        return seeds, {s: _paired(cells, pairs, s, samples) for s in stages}
+
     gaps = []
-    for (decoder, dims, _), _ in sorted(groups.items()):
-        for a, b in CONTRASTS:
-            ga, gb = groups.get((decoder, dims, a)), groups.get((decoder, dims, b))
-            if not ga or not gb or any(g["decoder"] == decoder and g["dims"] == dims and g["a"] == a
-                                       and g["b"] == b for g in gaps):
+    for decoder, dims in sorted({(d, w) for d, w, _ in groups}):
+        contrasts = list(CONTRASTS)
+        if dims in same:  # the same mode on both: what this condition changes (the projection)
+            contrasts += [(m, m) for m in sorted({m for d, w, m in groups if d == decoder and w == dims})
+                          if (decoder, same[dims], m) in groups]
+        for a, b in contrasts:
+            if a == b:  # this condition's mode against the same mode on the features it shares
+                (ga, a_dims), (gb, b_dims) = (groups.get((decoder, dims, a)), dims), \
+                    runs(decoder, same[dims], b)
+            else:
+                (ga, a_dims), (gb, b_dims) = runs(decoder, dims, a), runs(decoder, dims, b)
+            if not ga or not gb:
                 continue
-            seeds = sorted(set(ga) & set(gb))
-            pairs = [([ga[s], gb[s]], [1, -1]) for s in seeds]
-            gaps.append({"decoder": decoder, "dims": dims, "a": a, "b": b, "seeds": seeds,
-                         "stages": {s: _paired(cells, pairs, s, samples) for s in stages}})
+            seeds, by_stage = paired([(ga, 1), (gb, -1)])
+            gaps.append({"decoder": decoder, "dims": dims, "a": a, "b": b, "a_dims": a_dims,
+                         "b_dims": b_dims, "seeds": seeds, "stages": by_stage})
     interactions = []
-    wide, narrow = WIDTHS
-    for decoder in sorted({d for d, _, _ in groups}):
-        for a, b in CONTRASTS:
-            parts = [groups.get((decoder, dims, m)) for dims in (wide, narrow) for m in (a, b)]
-            if not all(parts):
-                continue
-            seeds = sorted(set.intersection(*(set(p) for p in parts)))
-            pairs = [([p[s] for p in parts], [1, -1, -1, 1]) for s in seeds]
-            interactions.append({"decoder": decoder, "a": a, "b": b, "wide": wide, "narrow": narrow,
-                                 "seeds": seeds, "stages": {s: _paired(cells, pairs, s, samples)
-                                                            for s in stages}})
+    for wide, narrow in spec.get("interactions") or []:
+        for decoder in sorted({d for d, _, _ in groups}):
+            for a, b in CONTRASTS:
+                parts = [runs(decoder, dims, m)[0] for dims in (wide, narrow) for m in (a, b)]
+                if not all(parts):
+                    continue
+                seeds, by_stage = paired(list(zip(parts, [1, -1, -1, 1])))
+                interactions.append({"decoder": decoder, "a": a, "b": b, "wide": wide, "narrow": narrow,
+                                     "seeds": seeds, "stages": by_stage})
     curves = {}
     for (decoder, dims, mode), by_seed in groups.items():
         curves[f"{decoder}/{dims}/{mode}"] = {
@@ -210,22 +228,34 @@ def convergence_markdown(report: dict, figure: str | None = None) -> str:
             "The gap after a fixed budget and at convergence",
             "BLEU-4 difference, paired by seed: mean [95% CI over seeds] / [95% CI over test "
             "images]; bold: both exclude zero.", ["decoder", "dims", "difference", "seeds"],
-            [([g["decoder"], g["dims"], f"{g['a']} − {g['b']}", str(len(g["seeds"]))], g["stages"])
+            [([g["decoder"], g["dims"], _contrast(g), str(len(g["seeds"]))], g["stages"])
              for g in report["gaps"]], stages)
     if report["interactions"]:
         lines += _stage_table(
-            "Width x mode: does the mismatch change the gap?",
-            "(gap at 2048-d whitened) − (gap at 512-d whitened), the same features but for the "
-            "width, paired by seed: mean [95% CI over seeds] / [95% CI over test images]. "
-            "Positive: the mode's advantage grows with the mismatch.", ["decoder", "gap", "seeds"],
-            [([i["decoder"], f"{i['a']} − {i['b']}", str(len(i["seeds"]))], i["stages"])
-             for i in report["interactions"]], stages)
+            "Condition x mode: does the condition change the gap?",
+            "(gap in the first condition) − (gap in the second), paired by seed (the seeds both "
+            "ran): mean [95% CI over seeds] / [95% CI over test images]. Positive: the mode's "
+            "advantage is larger in the first. mismatched_whitened − matched is the width (the "
+            "same ResNet-50 features, all 2048 whitened components or the top 512).",
+            ["decoder", "conditions", "gap", "seeds"],
+            [([i["decoder"], f"{i['wide']} − {i['narrow']}", f"{i['a']} − {i['b']}", str(len(i["seeds"]))],
+              i["stages"]) for i in report["interactions"]], stages)
     lines += ["", "### Provenance", "", "Each cell's own record (results.json): the commit it ran, "
               "its torch threads, the machine(s) it trained on, its training precision, the grid "
               "whose results root holds it.", "", *provenance_markdown(report["provenance"])]
     lines += throughput_markdown(report.get("throughput") or {})
     lines += ["", f"Compute: {report['runs']} runs, {report['cpu_h']:.2f} CPU core-hours (each run's cpu_s)."]
     return "\n".join(lines) + "\n"
+
+
+def _contrast(gap: dict) -> str:
+    """"additive − dot", naming a side's condition where it is not the row's ("additive
+    (mismatched_whitened) − dot": a mode borrowed from the condition on the same features)."""
+    def side(key: str) -> str:
+        dims = gap.get(f"{key}_dims", gap["dims"])
+        return gap[key] if dims == gap["dims"] else f"{gap[key]} ({dims})"
+
+    return f"{side('a')} − {side('b')}"
 
 
 def _stage_table(title: str, about: str, heads: list[str], rows: list[tuple[list[str], dict]],

@@ -78,6 +78,7 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
         raise UserError(f"compare.gallery: {', '.join(missing)} not given: give {{decoder, dims, seed, "
                         "attentions: [...]}} (and optionally device), e.g. '{decoder: lstm, dims: "
                         "mismatched_whitened, seed: 0, attentions: [additive, dot]}'")
+    _check_conditions(spec)
     runner = _runner(spec, compose, overrides)
     root = runner.root
     cells = at_chosen_rates(spec, expand_grid(spec))
@@ -124,6 +125,20 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
     if spec["gallery"]:
         _gallery(spec["gallery"], runner, dirs, out / "gallery", spec["train"])
     return out
+
+
+def _check_conditions(spec: dict) -> None:
+    """compare.interactions and compare.same_features name conditions of compare.dim_settings
+    (a typo would silently drop a table of the report), before any cell trains."""
+    known = set(spec["dim_settings"])
+    for i, pair in enumerate(spec["interactions"]):
+        if not isinstance(pair, list | tuple) or len(pair) != 2 or not set(pair) <= known:
+            raise UserError(f"compare.interactions[{i}]={pair}: give two conditions of compare."
+                            f"dim_settings ({', '.join(sorted(known))}), e.g. [mismatched_whitened, matched]")
+    for dims, base in spec["same_features"].items():
+        if not {dims, base} <= known or dims == base:
+            raise UserError(f"compare.same_features.{dims}={base}: both must be conditions of "
+                            f"compare.dim_settings ({', '.join(sorted(known))}), and differ")
 
 
 def _write_report(out: Path, title: str, markdown: str, report: dict, train_s: float) -> None:

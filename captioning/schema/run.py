@@ -250,6 +250,9 @@ class Compare:
     dim_limits: dict[str, Limit] = setting({})
     decoder_limits: dict[str, Limit] = setting({})
     report: str = setting("standard", one_of("standard", "convergence"))
+    # the convergence report's difference of differences: [[a, b], ...] = (gap in dims a) − (gap in b)
+    interactions: list[Any] = setting([])
+    same_features: dict[str, str] = setting({})  # dims -> dims on the same features (its gaps borrow modes)
     undertrained_margin: float = 0.10
     verify: int = setting(0, at_least(0))
     benchmark: bool = True
