@@ -169,10 +169,16 @@ def convergence_report(dirs: dict[Cell, Path], references: dict, spec: dict,
         curves[f"{decoder}/{dims}/{mode}"] = {
             str(c.seed): [[e["epoch"], e.get("val/bleu4")] for e in cells.results[c].get("val_curve", [])]
             for c in by_seed.values()}
-    cpu_h = sum(r.get("cpu_s", 0) for r in cells.results.values()) / 3600
     return {"rows": rows, "gaps": gaps, "interactions": interactions, "curves": curves,
-            "stages": stages, "bootstrap_samples": samples, "cpu_h": cpu_h, "runs": len(cells.results),
-            "provenance": cell_provenance({dirs[c]: r for c, r in cells.results.items()})}
+            "stages": stages, "bootstrap_samples": samples,
+            **tally({dirs[c]: r for c, r in cells.results.items()})}
+
+
+def tally(results: dict[Path, dict]) -> dict:
+    """{cell dir: results.json} -> the report's compute (runs, CPU core-hours from each cell's
+    cpu_s) and provenance rows (commit, threads, machine, precision: each cell's own record)."""
+    return {"runs": len(results), "cpu_h": sum(r.get("cpu_s", 0) for r in results.values()) / 3600,
+            "provenance": cell_provenance(results)}
 
 
 def _ci(ci: dict, digits: int = 3) -> str:
@@ -240,11 +246,13 @@ def convergence_markdown(report: dict, figure: str | None = None) -> str:
             ["decoder", "conditions", "gap", "seeds"],
             [([i["decoder"], f"{i['wide']} − {i['narrow']}", f"{i['a']} − {i['b']}", str(len(i["seeds"]))],
               i["stages"]) for i in report["interactions"]], stages)
+    every = " (the grid's cells and its sweep's, each once)" if "sweep" in report else ""
     lines += ["", "### Provenance", "", "Each cell's own record (results.json): the commit it ran, "
               "its torch threads, the machine(s) it trained on, its training precision, the grid "
-              "whose results root holds it.", "", *provenance_markdown(report["provenance"])]
+              f"whose results root holds it{every}.", "", *provenance_markdown(report["provenance"])]
     lines += throughput_markdown(report.get("throughput") or {})
-    lines += ["", f"Compute: {report['runs']} runs, {report['cpu_h']:.2f} CPU core-hours (each run's cpu_s)."]
+    lines += ["", f"Compute: {report['runs']} runs{every}, {report['cpu_h']:.2f} CPU core-hours (each "
+              "run's cpu_s)."]
     return "\n".join(lines) + "\n"
 
 

@@ -19,7 +19,7 @@ from ..gallery import build_gallery
 from ..schema import completed
 from ..schema.fields import REQUIRED
 from ..schema.run import Compare
-from .convergence import convergence_markdown, convergence_report
+from .convergence import convergence_markdown, convergence_report, tally
 from .curves import save_curves, save_sweep_curves
 from .executor import make_executor
 from .grid import Cell, GridRunner, expand_grid
@@ -160,7 +160,7 @@ def _convergence(cfg: DictConfig, spec: dict, dirs: dict[Cell, Path], runner: Gr
     out = runner.root / time.strftime("%Y-%m-%d_%H-%M-%S")
     out.mkdir(parents=True, exist_ok=True)
     save_curves(report, out)
-    markdown = convergence_markdown(report, figure="learning_curves.png")
+    sweep = ""
     if spec["sweep"]:
         sweep_cells = expand_grid({**spec, **spec["sweep"]})  # its lrs, dims and seeds
         swept = runner.finished(sweep_cells)
@@ -168,12 +168,17 @@ def _convergence(cfg: DictConfig, spec: dict, dirs: dict[Cell, Path], runner: Gr
         report["sweep"] = sweep_report(swept, lrs)
         add_margins(report["sweep"], {f"{r['decoder']}/{r['dims']}/{r['attention']}": r["val_best"]
                                       for r in report["rows"]})
+        # compute and provenance of the whole study: the sweep's seed-0 cells at the chosen
+        # rates are grid cells (one hash), counted once
+        every = {d: json.loads((d / "results.json").read_text()) for d in {*dirs.values(), *swept.values()}}
+        report.update(tally(every))
         figure = save_sweep_curves(report["sweep"], out)
-        markdown = ("### Learning rates (experiment=convergence_sweep)\n\n"
-                    + sweep_markdown(report["sweep"], lrs)
-                    + f"\n{len(swept)} of {len(sweep_cells)} sweep cells finished."
-                    + (f"\n\n![validation score per epoch at each rate]({figure.name})" if figure else "")
-                    + "\n\n" + markdown)
+        sweep = ("### Learning rates (experiment=convergence_sweep)\n\n"
+                 + sweep_markdown(report["sweep"], lrs)
+                 + f"\n{len(swept)} of {len(sweep_cells)} sweep cells finished."
+                 + (f"\n\n![validation score per epoch at each rate]({figure.name})" if figure else "")
+                 + "\n\n")
+    markdown = sweep + convergence_markdown(report, figure="learning_curves.png")
     report["grid_wall_s"] = train_s
     _write_report(out, spec["name"], markdown, report, train_s)
     return out
