@@ -754,15 +754,16 @@ def test_a_choice_within_seed_noise_is_marked_and_each_rate_is_drawn(tmp_path):
                  cell("scaled_dot", 1e-3, 0.50)])
     report = sweep_report(dirs, lrs)
     assert report["rows"][0]["rates"]["0.003"][0]["curve"][6] == [7, 0.520]
-    add_margins(report, {"lstm/matched/additive": {"std": 0.008, "n": 5},
-                         "lstm/matched/dot": {"std": 0.008, "n": 5}})
+    add_margins(report, {"lstm/matched/additive": {"std": 0.004, "n": 5},
+                         "lstm/matched/dot": {"std": 0.004, "n": 5}})
     additive, dot, scaled = report["rows"]
     assert additive["margin"]["runner_up"] == 1e-3 and additive["margin"]["diff"] == pytest.approx(0.005)
     assert dot["margin"]["runner_up"] == 3e-3 and dot["margin"]["diff"] == pytest.approx(0.03)
     assert "margin" not in scaled  # no rate chosen: nothing to weigh
     text = sweep_markdown(report, lrs)
-    assert "| +0.0050 vs 0.001; std 0.0080, 5 seeds (within) |" in text
-    assert "| +0.0300 vs 0.003; std 0.0080, 5 seeds |" in text
+    # the std of a difference of two seeds' scores: sqrt(2) x 0.004 = 0.0057
+    assert "| +0.0050 vs 0.001; std 0.0057, 5 seeds (within) |" in text
+    assert "| +0.0300 vs 0.003; std 0.0057, 5 seeds |" in text
     add_margins(report, {})  # before the grid's other seeds: the margin alone
     assert "+0.0050 vs 0.001 (seed std: one seed so far)" in sweep_markdown(report, lrs)
     assert save_sweep_curves(report, tmp_path).stat().st_size > 10_000

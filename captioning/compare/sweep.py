@@ -111,9 +111,10 @@ def monitor_of(rows: list[dict]) -> str | None:
 
 def add_margins(report: dict, spread: dict[str, dict]) -> None:
     """Is a choice within seed noise? Adds to each row with a chosen rate its margin: the chosen
-    rate's mean validation score minus the next best rate's, beside `spread[group]` (t_interval of
-    the same validation score over the convergence grid's seeds at the chosen rate): a margin
-    below that std means another seed could have chosen the runner-up."""
+    rate's mean validation score minus the next best rate's, beside the std of such a difference
+    between two runs that differ only in seed: sqrt(2) x the std of the validation score over
+    the convergence grid's seeds at the chosen rate (`spread[group]`, a t_interval). A margin
+    below it means another seed could have chosen the runner-up."""
     for row in report["rows"]:
         group = f"{row['decoder']}/{row['dims']}/{row['attention']}"
         means = {float(lr): m for lr, m in row["means"].items()}
@@ -121,8 +122,10 @@ def add_margins(report: dict, spread: dict[str, dict]) -> None:
             continue
         runner_up = leader({lr: m for lr, m in means.items() if lr != row["chosen"]})
         seeds = spread.get(group) or {}
+        std = seeds.get("std")
         row["margin"] = {"runner_up": runner_up, "diff": means[row["chosen"]] - means[runner_up],
-                         "seed_std": seeds.get("std"), "seeds": seeds.get("n", 0)}
+                         "seed_std": std, "diff_std": None if std is None else math.sqrt(2) * std,
+                         "seeds": seeds.get("n", 0)}
 
 
 def _margin(row: dict) -> str:
@@ -131,8 +134,8 @@ def _margin(row: dict) -> str:
         return ""
     if not m["seeds"] or m["seeds"] < 2:
         return f"{m['diff']:+.4f} vs {m['runner_up']:g} (seed std: one seed so far)"
-    within = " (within)" if m["diff"] < m["seed_std"] else ""
-    return f"{m['diff']:+.4f} vs {m['runner_up']:g}; std {m['seed_std']:.4f}, {m['seeds']} seeds{within}"
+    within = " (within)" if m["diff"] < m["diff_std"] else ""
+    return f"{m['diff']:+.4f} vs {m['runner_up']:g}; std {m['diff_std']:.4f}, {m['seeds']} seeds{within}"
 
 
 def sweep_markdown(report: dict, lrs: list[float]) -> str:
@@ -167,8 +170,9 @@ def sweep_markdown(report: dict, lrs: list[float]) -> str:
             f"and at least {MIN_RATES} rates spanning {SPAN:g}x have finished; a rate beyond a "
             "bracketed best is not needed." + (
                 " Margin: the chosen rate's validation score minus the next best rate's, beside "
-                "the std of that score over the convergence grid's seeds at the chosen rate; "
-                "\"within\": the margin is smaller than the std, another seed might have chosen "
+                "the std of such a difference between two runs that differ only in seed (sqrt(2) "
+                "x the std of that score over the convergence grid's seeds at the chosen rate); "
+                "\"within\": the margin is smaller than that std, another seed might have chosen "
                 "the runner-up (the two rates are equally good, as far as this sweep can tell)."
                 if margins else "") + "\n\n" + "\n".join(lines) + warning
             + "\n\nThe chosen rates, as `compare.rates` (conf/experiment/convergence.yaml):\n\n"
