@@ -37,7 +37,7 @@ def _quoted(report: dict) -> dict[tuple[str, str, str], dict]:
     """(decoder, dims or "wide − narrow", difference) -> the entry's stages, as the report's tables
     name them."""
     out = {(g["decoder"], g["dims"], _label(g, g["dims"])): g for g in report["gaps"]}
-    out |= {(i["decoder"], f"{i['wide']} − {i['narrow']}", f"{i['a']} − {i['b']}"): i
+    out |= {(i["decoder"], " − ".join(i["conditions"]), f"{i['a']} − {i['b']}"): i
             for i in report["interactions"]}
     return out
 

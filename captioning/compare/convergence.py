@@ -155,14 +155,14 @@ def convergence_report(dirs: dict[Cell, Path], references: dict, spec: dict,
             gaps.append({"decoder": decoder, "dims": dims, "a": a, "b": b, "a_dims": a_dims,
                          "b_dims": b_dims, "seeds": seeds, "stages": by_stage})
     interactions = []
-    for wide, narrow in spec.get("interactions") or []:
+    for first, second in spec.get("interactions") or []:
         for decoder in sorted({d for d, _, _ in groups}):
             for a, b in CONTRASTS:
-                parts = [runs(decoder, dims, m)[0] for dims in (wide, narrow) for m in (a, b)]
+                parts = [runs(decoder, dims, m)[0] for dims in (first, second) for m in (a, b)]
                 if not all(parts):
                     continue
                 seeds, by_stage = paired(list(zip(parts, [1, -1, -1, 1])))
-                interactions.append({"decoder": decoder, "a": a, "b": b, "wide": wide, "narrow": narrow,
+                interactions.append({"decoder": decoder, "a": a, "b": b, "conditions": [first, second],
                                      "seeds": seeds, "stages": by_stage})
     curves = {}
     for (decoder, dims, mode), by_seed in groups.items():
@@ -244,7 +244,7 @@ def convergence_markdown(report: dict, figure: str | None = None) -> str:
             "advantage is larger in the first. mismatched_whitened − matched is the width (the "
             "same ResNet-50 features, all 2048 whitened components or the top 512).",
             ["decoder", "conditions", "gap", "seeds"],
-            [([i["decoder"], f"{i['wide']} − {i['narrow']}", f"{i['a']} − {i['b']}", str(len(i["seeds"]))],
+            [([i["decoder"], " − ".join(i["conditions"]), f"{i['a']} − {i['b']}", str(len(i["seeds"]))],
               i["stages"]) for i in report["interactions"]], stages)
     every = " (the grid's cells and its sweep's, each once)" if "sweep" in report else ""
     lines += ["", "### Provenance", "", "Each cell's own record (results.json): the commit it ran, "
