@@ -144,11 +144,9 @@ def convergence_report(dirs: dict[Cell, Path], references: dict, spec: dict,
             contrasts += [(m, m) for m in sorted({m for d, w, m in groups if d == decoder and w == dims})
                           if (decoder, same[dims], m) in groups]
         for a, b in contrasts:
-            if a == b:  # this condition's mode against the same mode on the features it shares
-                (ga, a_dims), (gb, b_dims) = (groups.get((decoder, dims, a)), dims), \
-                    runs(decoder, same[dims], b)
-            else:
-                (ga, a_dims), (gb, b_dims) = runs(decoder, dims, a), runs(decoder, dims, b)
+            # a mode against itself: on the features this condition shares (the projection's effect)
+            other = same[dims] if a == b else dims
+            (ga, a_dims), (gb, b_dims) = runs(decoder, dims, a), runs(decoder, other, b)
             if not ga or not gb:
                 continue
             seeds, by_stage = paired([(ga, 1), (gb, -1)])

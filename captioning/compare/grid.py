@@ -26,6 +26,11 @@ log = logging.getLogger(__name__)
 BLIND = "blind"  # the attention label of a blind cell (features zeroed; attention irrelevant)
 
 
+def group_of(entry: dict) -> str:
+    """"decoder/dims/attention" of anything with those keys (a cell, a report's row)."""
+    return f"{entry['decoder']}/{entry['dims']}/{entry['attention']}"
+
+
 @dataclass(frozen=True, order=True)
 class Cell:
     decoder: str
@@ -43,7 +48,7 @@ class Cell:
     def group(self) -> str:
         """decoder/dims/attention: the cells that differ only in seed and rate (a compare.rates
         key, a row of the sweep)."""
-        return f"{self.decoder}/{self.dims}/{self.attention}"
+        return group_of(vars(self))
 
     def values(self) -> dict[str, int | float]:
         """What this cell sets by value, not by choosing a config file: its seed and, if it has

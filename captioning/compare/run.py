@@ -22,7 +22,7 @@ from ..schema.run import Compare
 from .convergence import convergence_markdown, convergence_report, tally
 from .curves import save_curves, save_sweep_curves
 from .executor import make_executor
-from .grid import Cell, GridRunner, expand_grid
+from .grid import Cell, GridRunner, expand_grid, group_of
 from .report import build_markdown, build_report, save_plots
 from .sweep import add_margins, sweep_markdown, sweep_report, train_bracketed
 
@@ -166,8 +166,7 @@ def _convergence(cfg: DictConfig, spec: dict, dirs: dict[Cell, Path], runner: Gr
         swept = runner.finished(sweep_cells)
         lrs = [float(x) for x in spec["sweep"]["lrs"]]
         report["sweep"] = sweep_report(swept, lrs)
-        add_margins(report["sweep"], {f"{r['decoder']}/{r['dims']}/{r['attention']}": r["val_best"]
-                                      for r in report["rows"]})
+        add_margins(report["sweep"], {group_of(r): r["val_best"] for r in report["rows"]})
         # compute and provenance of the whole study: the sweep's seed-0 cells at the chosen
         # rates are grid cells (one hash), counted once
         every = {d: json.loads((d / "results.json").read_text()) for d in {*dirs.values(), *swept.values()}}

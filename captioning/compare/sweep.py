@@ -9,7 +9,7 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-from .grid import Cell, GridRunner
+from .grid import Cell, GridRunner, group_of
 
 SPAN = 10.0  # a choice needs finished rates spanning this factor at least (the issue's bar)
 MIN_RATES = 3
@@ -53,8 +53,7 @@ def train_bracketed(runner: GridRunner, cells: list[Cell], lrs: list[float]) -> 
     tried: set[Cell] = set()
     while True:
         done = runner.finished(cells)
-        rows = {"/".join((r["decoder"], r["dims"], r["attention"])): r
-                for r in sweep_report(done, lrs)["rows"]}
+        rows = {group_of(r): r for r in sweep_report(done, lrs)["rows"]}
         todo = [c for c in cells if c not in done and c not in tried
                 and c.lr in (rows[c.group]["needed"] if c.group in rows else lrs)]
         if not todo:
@@ -116,12 +115,11 @@ def add_margins(report: dict, spread: dict[str, dict]) -> None:
     the convergence grid's seeds at the chosen rate (`spread[group]`, a t_interval). A margin
     below it means another seed could have chosen the runner-up."""
     for row in report["rows"]:
-        group = f"{row['decoder']}/{row['dims']}/{row['attention']}"
         means = {float(lr): m for lr, m in row["means"].items()}
         if row["chosen"] is None or len(means) < 2:
             continue
         runner_up = leader({lr: m for lr, m in means.items() if lr != row["chosen"]})
-        seeds = spread.get(group) or {}
+        seeds = spread.get(group_of(row)) or {}
         std = seeds.get("std")
         row["margin"] = {"runner_up": runner_up, "diff": means[row["chosen"]] - means[runner_up],
                          "seed_std": std, "diff_std": None if std is None else math.sqrt(2) * std,
@@ -161,8 +159,7 @@ def sweep_markdown(report: dict, lrs: list[float]) -> str:
                      + f" | {chosen} |" + (f" {_margin(row)} |" if margins else ""))
     monitor = monitor_of(report["rows"]) or "the monitored validation score"
     rates = "\n".join(f"    {k}: {v:g}" for k, v in sorted(report["rates"].items()))
-    edges = [f"{r['decoder']}/{r['dims']}/{r['attention']} ({r['edge']})" for r in report["rows"]
-             if r["edge"]]
+    edges = [f"{group_of(r)} ({r['edge']})" for r in report["rows"] if r["edge"]]
     warning = ("\n\nAt the edge of the range tried (the optimum may lie beyond it: extend "
                "compare.lrs before fixing these rates): " + ", ".join(edges) + "." if edges else "")
     return ("Validation score per rate (" + monitor + "; greedy; best epoch / epochs run), "
