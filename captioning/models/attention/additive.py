@@ -8,6 +8,17 @@ from torch import nn
 from .base import CrossAttention, full_precision, register
 
 
+def half_tanh_(q: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """sigmoid(2 (q + keys)), broadcast: s with tanh(q + keys) = 2 s - 1, so
+    v^T tanh(q + k) = 2 v^T s - sum(v). Same function, but on CPUs torch's float32 tanh is an
+    accurate polynomial ~4-5x slower than its sigmoid (2.1 ms against 0.44 ms over one step's
+    (64, 49, 512) on an AVX-512 EPYC): this is the largest elementwise tensor of a training step.
+    In place after the add (autograd allows it: sigmoid's backward needs its output, add's nothing).
+    """
+    return torch.sigmoid_(torch.add(q + q, keys, alpha=2.0))
+
+
+
 @register("additive")
 class AdditiveAttention(CrossAttention):
     """W2 k is computed once per image in `prepare` (tutorials recompute it every step)."""
@@ -41,8 +52,7 @@ class AdditiveAttention(CrossAttention):
 
     def _scores(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         q = self.w_query(query).float()  # (B, T, A)
-        # In place: the (B, T, N, A) sum is the largest tensor here; one buffer, not two
-        # (autograd allows it: tanh's backward needs its output, add's needs nothing).
-        hidden = torch.tanh_(q.unsqueeze(2) + keys.unsqueeze(1))  # (B, T, N, A) float32
-        with full_precision(hidden):  # v is a matrix-vector product: no gain from bf16, one cast less
-            return self.v(hidden).squeeze(-1)  # (B, T, N)
+        # One (B, T, N, A) buffer, the largest tensor here: tanh(.) = 2 s - 1 (half_tanh_).
+        s = half_tanh_(q.unsqueeze(2), keys.unsqueeze(1))  # (B, T, N, A) float32
+        with full_precision(s):  # v is a matrix-vector product: no gain from bf16, one cast less
+            return 2 * self.v(s).squeeze(-1) - self.v.weight.float().sum()  # (B, T, N)

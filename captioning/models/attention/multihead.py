@@ -7,6 +7,7 @@ import math
 import torch
 from torch import nn
 
+from .additive import half_tanh_
 from .base import CrossAttention, Prepared, full_precision, masked_softmax, register
 
 
@@ -84,6 +85,7 @@ class MultiHeadAdditiveAttention(_MultiHead):
 
     def _head_scores(self, q, keys):
         q = self._split(self.w_query(q).float(), self.a)  # (B, H, T, a)
-        hidden = torch.tanh_(q.unsqueeze(3) + keys.unsqueeze(2))  # (B, H, T, N, a), in place
-        with full_precision(hidden):
-            return torch.einsum("bhtna,ha->bhtn", hidden, self.v)  # (B, H, T, N)
+        s = half_tanh_(q.unsqueeze(3), keys.unsqueeze(2))  # (B, H, T, N, a): tanh = 2 s - 1
+        with full_precision(s):
+            scores = torch.einsum("bhtna,ha->bhtn", s, self.v)  # (B, H, T, N)
+            return 2 * scores - self.v.sum(-1)[:, None, None]
