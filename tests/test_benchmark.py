@@ -96,3 +96,22 @@ def test_benchmark_imports_neither_hydra_lightning_wandb_nor_nltk():
         "assert not bad, bad",
     ])
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+
+
+def test_captions_per_image_shares_each_images_keys(tmp_path):
+    """--captions-per-image 3: a step trains batch x 3 captions of `batch` images; the keys and
+    values are made once per image, so its matmul work is less than 3 images' worth per caption
+    would cost (the same captions with one image each)."""
+    flops = {}
+    for per_image, batch in ((3, 2), (1, 6)):
+        out = tmp_path / f"spi{per_image}.json"
+        subprocess.run([sys.executable, str(SCRIPT), "--sections", "train", "--decoders", "lstm",
+                        "--modes", "dot", "--refiners", "", "--batch", str(batch),
+                        "--captions-per-image", str(per_image), "--grid", "2", "--feature-dim", "64",
+                        "--d-model", "16", "--vocab", "30", "--tokens", "3", "--repeats", "1",
+                        "--warmup", "0", "--peak-size", "64", "--json", str(out)],
+                       check=True, capture_output=True, text=True, timeout=300)
+        t = json.loads(out.read_text())["train"]["lstm/dot/fp32"]
+        assert t["captions_per_s"] == pytest.approx(6 / t["median_s"])  # 6 captions a step both
+        flops[per_image] = t["flops_per_step"]
+    assert flops[3] < flops[1]

@@ -17,6 +17,9 @@ class BenchConfig:
 
     sections: str = field(default="peak,train,decode,encoder", metadata={"help": "comma-separated"})
     batch: int = field(default=64, metadata={"help": "captions (train) / images (greedy)"})
+    captions_per_image: int = field(default=1, metadata={
+        "help": "training: captions per image; a step trains batch x this captions of batch images, "
+                "each image's keys made once, as training on 5 references does (a peer's spi5)"})
     grid: int = field(default=7, metadata={"help": "feature grid side (N = grid^2)"})
     feature_dim: int = 2048
     d_model: int = field(default=512, metadata={"help": "LSTM embed/hidden/value and Transformer width"})

@@ -55,12 +55,15 @@ def decoder_cfg(name: str, args) -> dict:
 
 
 def train_step(dec, feats, tokens, opt, dtype, device):
-    """One optimisation step: forward (teacher forcing), cross-entropy, backward, AdamW."""
+    """One optimisation step: forward (teacher forcing), cross-entropy, backward, AdamW. feats
+    (I, N, D), tokens (B, T + 1): B a multiple of I, caption b of image b // (B / I)."""
     lengths = torch.full((tokens.shape[0],), tokens.shape[1] - 1, device=device)
+    per_image = tokens.shape[0] // feats.shape[0]
+    image_index = torch.arange(feats.shape[0], device=device).repeat_interleave(per_image)
 
     def step():
         with autocast(device, dtype):
-            logits, _ = dec(feats, tokens[:, :-1], None, lengths)  # (B, T, V)
+            logits, _ = dec(feats, tokens[:, :-1], None, lengths, image_index)  # (B, T, V)
         loss = cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())  # training's loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -81,7 +84,8 @@ def step_flops(step) -> int:
 def bench_train(args, device, results) -> None:
     out = results["train"]
     feats = torch.randn(args.batch, args.grid**2, args.feature_dim, device=device)
-    tokens = torch.randint(4, args.vocab, (args.batch, args.tokens + 1), device=device)
+    captions = args.batch * args.captions_per_image  # a step's captions, batch images'
+    tokens = torch.randint(4, args.vocab, (captions, args.tokens + 1), device=device)
     default = results["default_precision"]
     for name in args.decoder_list:
         for mode in args.mode_list:
@@ -104,7 +108,7 @@ def bench_train(args, device, results) -> None:
                 step = train_step(dec, feats, tokens, opt, DTYPES[precision], device)
                 t = timed(step, args.warmup, args.repeats if not naive else max(1, args.repeats // 2),
                           device)
-                t["captions_per_s"] = args.batch / t["median_s"]
+                t["captions_per_s"] = captions / t["median_s"]
                 if mode in ("additive", "dot"):
                     t["flops_per_step"] = step_flops(step)
                     t["flop_per_s"] = t["flops_per_step"] / t["median_s"]
@@ -118,7 +122,7 @@ def bench_train(args, device, results) -> None:
             opt = torch.optim.AdamW(dec.parameters(), lr=1e-4, fused=True)
             t = timed(train_step(dec, feats, tokens, opt, DTYPES[default], device), args.warmup,
                       args.repeats, device)
-            t["captions_per_s"] = args.batch / t["median_s"]
+            t["captions_per_s"] = captions / t["median_s"]
             out[f"{name}/additive+{refiner}/{default}"] = t
 
 

@@ -39,7 +39,9 @@ def ratios(results: dict, args) -> dict:
 
 def markdown(results: dict) -> str:
     c = results["config"]
-    lines = [f"Shapes: batch {c['batch']}, {c['grid']}x{c['grid']}x{c['feature_dim']} features, "
+    per_image = c.get("captions_per_image", 1)  # absent from JSONs of before the option
+    spi = f" ({per_image} captions per image in training)" if per_image > 1 else ""
+    lines = [f"Shapes: batch {c['batch']}{spi}, {c['grid']}x{c['grid']}x{c['feature_dim']} features, "
              f"width {c['d_model']}, vocabulary {c['vocab']}, {c['tokens']} tokens; "
              f"{results['threads']} threads on {results['device']}; default precision "
              f"{results['default_precision']}.", ""]
