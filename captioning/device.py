@@ -55,8 +55,8 @@ def set_malloc() -> bool:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):  # musl and other C libraries: leave them alone
         return False
-    # The mmap threshold first: setting the trim threshold alone freezes the threshold at 128 KB
-    # (glibc stops adapting it), and every tensor past that would be mmapped: 1.7x slower steps.
+    # All three or none that matters: setting the trim threshold alone freezes the mmap threshold
+    # at 128 KB (glibc stops adapting it) and every tensor past that is mmapped: 1.7x slower steps.
     return all(mallopt(option, value) == 1 for option, value in MALLOC_OPTIONS.items())
 
 
