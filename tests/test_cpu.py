@@ -30,53 +30,67 @@ def test_denormals_are_flushed_to_zero(restore):
 
 # A fresh process (the malloc settings are per process, and this one may have made them already):
 # training steps of the LSTM with additive attention, whose tensors (up to a few MB here) are
-# born and freed at every step; prints set_malloc's answer and the page faults of the last 4 steps.
+# born and freed at every step. argv[1]: the mallopt options to set ("None": ours, "{}": leave
+# glibc's defaults, the control). Prints set_malloc's answer and the page faults of each of
+# 16 steps after 8 warm-up steps.
 _STEPS = """
 import argparse, resource, sys, torch
 from captioning import device
 from captioning.benchmark.sections import decoder_cfg, train_step
 from captioning.models.decoders import build_decoder
-device.MALLOC_OPTIONS = eval(sys.argv[1]) or device.MALLOC_OPTIONS
-ok = device.set_malloc()
+options = eval(sys.argv[1])
+device.MALLOC_OPTIONS = device.MALLOC_OPTIONS if options is None else options
+ok = device.set_malloc() if device.MALLOC_OPTIONS else "control"
 torch.manual_seed(0)
 dec = build_decoder(decoder_cfg("lstm", argparse.Namespace(d_model=256)), 3000, 1024,
                     {"name": "additive"}).train()
 opt = torch.optim.AdamW(dec.parameters(), lr=1e-4)
 step = train_step(dec, torch.randn(32, 49, 1024), torch.randint(4, 3000, (32, 16)), opt,
                   torch.float32, torch.device("cpu"))
-for _ in range(4):
+for _ in range(8):
     step()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(4):
+faults = []
+for _ in range(16):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     step()
-print(ok, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(ok, *faults)
 """
 
 
-def _steps(options: str = "None", env: dict | None = None) -> tuple[str, int]:
+def _steps(options: str = "None", env: dict | None = None) -> tuple[str, list[int]]:
     import os
     import subprocess
     import sys
 
     out = subprocess.run([sys.executable, "-c", _STEPS, options], env={**os.environ, **(env or {})},
                          check=True, capture_output=True, text=True).stdout.split()
-    return out[0], int(out[1])
+    return out[0], [int(n) for n in out[1:]]
+
+
+def _median(xs: list[int]) -> float:
+    return sorted(xs)[len(xs) // 2]
 
 
 def test_a_steps_memory_is_reused_without_page_faults():
-    ok, faults = _steps()
+    """With set_malloc most steps fault no page in (the heap grows now and then: a step of a few
+    hundred to ~2,700 faults is seen, so no single step or short sum is checked against a number);
+    with glibc's defaults, in the same machine, most steps fault their big tensors in again."""
+    ok, ours = _steps()
     if ok != "True":
         pytest.skip("not glibc: set_malloc leaves the C library alone")
-    assert faults < 2000  # 3-850 seen; glibc's defaults: 2,900-19,500, trim alone: ~200,000
+    _, control = _steps("{}")
+    assert _median(ours) <= 16, (ours, control)  # 64 KB: a step that maps nothing new
+    assert sum(ours) < sum(control), (ours, control)
 
 
 def test_the_fault_count_sees_memory_handed_back():
     """The check above can fail: with the trim threshold alone set (glibc then stops adapting its
-    mmap threshold: every tensor past 128 KB is mmapped and unmapped), the steps fault."""
+    mmap threshold: every tensor past 128 KB is mmapped and unmapped), every step faults."""
     ok, faults = _steps("{-1: 1 << 30}")
     if ok != "True":
         pytest.skip("not glibc")
-    assert faults > 30_000
+    assert _median(faults) > 16 * 100
 
 
 def test_a_users_malloc_settings_win():
