@@ -73,14 +73,18 @@ def _median(xs: list[int]) -> float:
 
 
 def test_a_steps_memory_is_reused_without_page_faults():
-    """With set_malloc most steps fault no page in (the heap grows now and then: a step of a few
-    hundred to ~2,700 faults is seen, so no single step or short sum is checked against a number);
-    with glibc's defaults, in the same machine, most steps fault their big tensors in again."""
+    """With set_malloc most steps fault no page in (the heap grows now and then: single steps of
+    up to ~2,700 faults are seen, so no step or short sum is checked against a number); with
+    glibc's defaults, on the same machine, most steps fault their big tensors in again (median
+    2,300-3,900 a step on an AVX-512 EPYC)."""
     ok, ours = _steps()
     if ok != "True":
         pytest.skip("not glibc: set_malloc leaves the C library alone")
     _, control = _steps("{}")
-    assert _median(ours) <= 16, (ours, control)  # 64 KB: a step that maps nothing new
+    if _median(control) < 100:
+        pytest.skip(f"glibc's defaults fault little here too (median {_median(control)} a step: "
+                    "huge pages?): nothing for set_malloc to save")
+    assert _median(ours) * 10 <= _median(control), (ours, control)
     assert sum(ours) < sum(control), (ours, control)
 
 
