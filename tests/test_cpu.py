@@ -1,5 +1,7 @@
 """flush_denormals: denormal floats become zero on the CPU, and training turns it on."""
 
+from statistics import median_high
+
 import pytest
 import torch
 
@@ -68,22 +70,18 @@ def _steps(options: str = "None", env: dict | None = None) -> tuple[str, list[in
     return out[0], [int(n) for n in out[1:]]
 
 
-def _median(xs: list[int]) -> float:
-    return sorted(xs)[len(xs) // 2]
-
-
 def _saves(faults: list[int], control: list[int]) -> bool:
     """The steps fault their memory in again at most a tenth as often as glibc's defaults make
     them (median step), and fewer pages in all."""
-    return _median(faults) * 10 <= _median(control) and sum(faults) < sum(control)
+    return median_high(faults) * 10 <= median_high(control) and sum(faults) < sum(control)
 
 
 @pytest.fixture(scope="module")
 def control() -> list[int]:
     """glibc's defaults on this machine (set_malloc not called)."""
     _, faults = _steps("{}")
-    if _median(faults) < 100:
-        pytest.skip(f"glibc's defaults fault little here too (median {_median(faults)} a step: "
+    if median_high(faults) < 100:
+        pytest.skip(f"glibc's defaults fault little here too (median {median_high(faults)} a step: "
                     "huge pages?): nothing for set_malloc to save")
     return faults
 
