@@ -685,6 +685,29 @@ def test_a_cell_at_its_chosen_rate_is_the_sweep_cell_at_that_rate(tmp_path):
     assert cfg.optim.scheduler._target_.endswith("WarmupPlateau") and cfg.early_stopping.patience
 
 
+def test_the_shipped_sweep_covers_a_condition_whose_rate_depends_on_the_width():
+    """Scaled dot chose different rates at 512-d and 2048-d, so native512 (512-d, not a PCA
+    truncation) gets its own scaled-dot sweep and trains no seed before it has chosen; additive
+    and dot chose one rate at both widths and take it there; the 2048-d conditions take the
+    2048-d rates."""
+    from captioning.compare.run import at_chosen_rates
+
+    def spec(experiment: str) -> dict:
+        cfg = _real_compose(experiment)([]).compare
+        return completed(OmegaConf.to_container(cfg, resolve=True), Compare, "compare.")
+
+    swept = {(c.decoder, c.attention) for c in expand_grid(spec("convergence_sweep"))
+             if c.dims == "native512"}
+    assert swept == {("lstm", "scaled_dot")}
+    grid = spec("convergence")
+    cells = at_chosen_rates(grid, expand_grid(grid))
+    native = {(c.attention, c.lr) for c in cells if c.decoder == "lstm" and c.dims == "native512"}
+    assert native == {("additive", 3e-3), ("dot", 1e-3)}
+    for dims in ("grid7", "query_projected", "mismatched_whitened"):
+        rates = {c.lr for c in cells if (c.decoder, c.dims, c.attention) == ("lstm", dims, "scaled_dot")}
+        assert rates == {3e-3}, dims
+
+
 def test_a_report_composes_cells_that_differ_in_seed_and_rate_once(tmp_path):
     """Report queries share one composition across seeds and rates (composing is most of a
     rebuild's time); every cell's directory (its config hash) is the one composing it alone
