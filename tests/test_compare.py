@@ -868,6 +868,9 @@ def test_the_convergence_report_pairs_by_seed_and_takes_the_difference_of_differ
         [two[("matched", "additive", s)] - two[("matched", "dot", s)] for s in range(3)])
     text = convergence_markdown(report)
     assert not re.search(r"\bnan\b", text) and "not reached" in text
+    row = "| lstm | mismatched_whitened − matched | additive − dot | at convergence | "
+    assert row + " | ".join(f"{x:+.3f}" for x in want) + " |" in text  # the per-seed table
+    assert "| lstm | mismatched_whitened − matched | additive − dot | after 5 epochs |" not in text
     assert f"| abc | 1 | cpu | 32-true | {tmp_path.parent.name} | 18 |" in text  # each cell's own record
     assert save_curves(report, tmp_path).stat().st_size > 10_000
 

@@ -244,6 +244,8 @@ def convergence_markdown(report: dict, figure: str | None = None) -> str:
             ["decoder", "conditions", "gap", "seeds"],
             [([i["decoder"], " − ".join(i["conditions"]), f"{i['a']} − {i['b']}", str(len(i["seeds"]))],
               i["stages"]) for i in report["interactions"]], stages)
+    if report["gaps"] or report["interactions"]:
+        lines += _per_seed_table(report)
     every = " (the grid's cells and its sweep's, each once)" if "sweep" in report else ""
     lines += ["", "### Provenance", "", "Each cell's own record (results.json): the commit it ran, "
               "its torch threads, the machine(s) it trained on, its training precision, the grid "
@@ -262,6 +264,30 @@ def _contrast(gap: dict) -> str:
         return gap[key] if dims == gap["dims"] else f"{gap[key]} ({dims})"
 
     return f"{side('a')} − {side('b')}"
+
+
+def _per_seed_table(report: dict) -> list[str]:
+    """Every difference above, seed by seed: whether a mean is carried by one seed shows here,
+    and every per-seed number the docs quote has its source."""
+    entries = [([g["decoder"], g["dims"], _contrast(g)], g) for g in report["gaps"]]
+    entries += [([i["decoder"], " − ".join(i["conditions"]), f"{i['a']} − {i['b']}"], i)
+                for i in report["interactions"]]
+    seeds = sorted({s for _, e in entries for s in e["seeds"]})
+    lines = ["", "### Per seed", "", "The differences of the two tables above, each seed's own "
+             "(seed s of one side against seed s of the other); blank: a seed that side has not run.",
+             "", "| decoder | dims or conditions | difference | stage | "
+             + " | ".join(f"seed {s}" for s in seeds) + " |",
+             "|---|---|---|---|" + "---:|" * len(seeds)]
+    for cells, entry in entries:
+        for stage in report["stages"]:
+            d = entry["stages"][stage]
+            if d is None:
+                continue
+            by_seed = dict(zip(entry["seeds"], d["per_seed"]))
+            name = "at convergence" if stage == BEST else f"after {stage} epochs"
+            lines.append("| " + " | ".join(cells + [name] + [
+                f"{by_seed[s]:+.3f}" if s in by_seed else "" for s in seeds]) + " |")
+    return lines
 
 
 def _stage_table(title: str, about: str, heads: list[str], rows: list[tuple[list[str], dict]],
