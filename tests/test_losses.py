@@ -53,3 +53,30 @@ def test_every_row_ignored_gives_nan_as_torch():
 def test_shapes_are_checked():
     with pytest.raises(ValueError, match=r"\(R, V\)"):
         cross_entropy(torch.randn(2, 3, 4), torch.zeros(2, 3, dtype=torch.long))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_a_scaled_loss_scales_the_gradient_made_in_forward(dtype):
+    """The gradient is made in forward (float32, bfloat16) or in backward (float16, which a
+    GradScaler scales first); either way a loss scaled by 3, or added to another, gets
+    F.cross_entropy's gradient, and a second backward through a kept graph gets it again."""
+    g = torch.Generator().manual_seed(1)
+    logits = (torch.randn(20, 30, generator=g) * 2).to(dtype)
+    target = torch.randint(0, 30, (20,), generator=g)
+    x, ref = logits.clone().requires_grad_(), logits.float().clone().requires_grad_()
+    loss = 3 * cross_entropy(x, target, label_smoothing=0.1) + x.float().sum() * 0
+    loss.backward(retain_graph=True)
+    (3 * F.cross_entropy(ref, target, label_smoothing=0.1)).backward()
+    tol = {torch.float32: 1e-6, torch.bfloat16: 5e-3, torch.float16: 1e-3}[dtype]
+    torch.testing.assert_close(x.grad.float(), ref.grad, rtol=0, atol=tol)
+    first = x.grad.clone()
+    loss.backward()
+    torch.testing.assert_close(x.grad, 2 * first)
+
+
+def test_without_a_gradient_only_the_loss_is_made():
+    logits, target = torch.randn(9, 11), torch.arange(9)
+    with torch.no_grad():
+        loss = cross_entropy(logits, target)
+    torch.testing.assert_close(loss, F.cross_entropy(logits, target))
+    assert loss.grad_fn is None
