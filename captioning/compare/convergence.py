@@ -232,8 +232,7 @@ def convergence_markdown(report: dict, figure: str | None = None) -> str:
             "The gap after a fixed budget and at convergence",
             "BLEU-4 difference, paired by seed: mean [95% CI over seeds] / [95% CI over test "
             "images]; bold: both exclude zero.", ["decoder", "dims", "difference", "seeds"],
-            [([g["decoder"], g["dims"], _contrast(g), str(len(g["seeds"]))], g["stages"])
-             for g in report["gaps"]], stages)
+            [(_gap_cells(g) + [str(len(g["seeds"]))], g["stages"]) for g in report["gaps"]], stages)
     if report["interactions"]:
         lines += _stage_table(
             "Condition x mode: does the condition change the gap?",
@@ -242,8 +241,8 @@ def convergence_markdown(report: dict, figure: str | None = None) -> str:
             "advantage is larger in the first. mismatched_whitened − matched is the width (the "
             "same ResNet-50 features, all 2048 whitened components or the top 512).",
             ["decoder", "conditions", "gap", "seeds"],
-            [([i["decoder"], " − ".join(i["conditions"]), f"{i['a']} − {i['b']}", str(len(i["seeds"]))],
-              i["stages"]) for i in report["interactions"]], stages)
+            [(_interaction_cells(i) + [str(len(i["seeds"]))], i["stages"])
+             for i in report["interactions"]], stages)
     if report["gaps"] or report["interactions"]:
         lines += _per_seed_table(report)
     every = " (the grid's cells and its sweep's, each once)" if "sweep" in report else ""
@@ -266,12 +265,21 @@ def _contrast(gap: dict) -> str:
     return f"{side('a')} − {side('b')}"
 
 
+def _gap_cells(gap: dict) -> list[str]:
+    """A gap's row label as every table prints it (and the docs quote it): decoder, dims, contrast."""
+    return [gap["decoder"], gap["dims"], _contrast(gap)]
+
+
+def _interaction_cells(inter: dict) -> list[str]:
+    """An interaction's row label: decoder, "first − second" condition, the gap it differences."""
+    return [inter["decoder"], " − ".join(inter["conditions"]), f"{inter['a']} − {inter['b']}"]
+
+
 def _per_seed_table(report: dict) -> list[str]:
     """Every difference above, seed by seed: whether a mean is carried by one seed shows here,
     and every per-seed number the docs quote has its source."""
-    entries = [([g["decoder"], g["dims"], _contrast(g)], g) for g in report["gaps"]]
-    entries += [([i["decoder"], " − ".join(i["conditions"]), f"{i['a']} − {i['b']}"], i)
-                for i in report["interactions"]]
+    entries = [(_gap_cells(g), g) for g in report["gaps"]]
+    entries += [(_interaction_cells(i), i) for i in report["interactions"]]
     seeds = sorted({s for _, e in entries for s in e["seeds"]})
     lines = ["", "### Per seed", "", "The differences of the two tables above, each seed's own "
              "(seed s of one side against seed s of the other); blank: a seed that side has not run.",

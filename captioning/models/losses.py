@@ -28,7 +28,7 @@ class _TokenCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits: torch.Tensor, target: torch.Tensor, ignore_index: int,
                 smoothing: float) -> torch.Tensor:
-        rows, vocab = logits.shape
+        rows = logits.shape[0]
         keep = target != ignore_index  # (R,)
         safe = target.masked_fill(~keep, 0).unsqueeze(1)  # (R, 1) any valid index for ignored rows
         count = keep.sum()
@@ -48,12 +48,7 @@ class _TokenCrossEntropy(torch.autograd.Function):
             total = x.sub_(top).exp_().sum(-1, keepdim=True)  # x is now exp(x - max)
             lse[s] = top + total.log()
             if now:
-                # d loss / d x_j = scale * (p_j - smoothing / V - (1 - smoothing) [j = target])
-                x.mul_(scale[s] / total)
-                if smoothing:
-                    x.sub_(scale[s] * (smoothing / vocab))
-                x.scatter_add_(1, safe[s], scale[s] * (smoothing - 1.0))
-                grad[s] = x
+                grad[s] = _gradient_(x, scale[s] / total, safe[s], scale[s], smoothing)
         # 0 / 0 = nan when every row is ignored, as F's
         loss = ((lse - per_row).squeeze(1) * keep).sum() / count
         ctx.save_for_backward(grad if now else logits, safe, lse, scale)
@@ -67,17 +62,24 @@ class _TokenCrossEntropy(torch.autograd.Function):
             if grad_loss.device.type == "cpu" and grad_loss.item() == 1.0:
                 return saved, None, None, None  # the usual case: no pass over (R, V) at all
             return saved * grad_loss.to(saved.dtype), None, None, None
-        smoothing, vocab = ctx.smoothing, saved.shape[-1]
         scale = scale * grad_loss
         out = torch.empty_like(saved)
         for i in range(0, saved.shape[0], CHUNK_ROWS):
             s = slice(i, i + CHUNK_ROWS)
             p = saved[s].to(torch.float32, copy=True).sub_(lse[s]).exp_()  # (C, V) softmax
-            if smoothing:
-                p.sub_(smoothing / vocab)
-            p.scatter_add_(1, safe[s], p.new_full((p.shape[0], 1), smoothing - 1.0))
-            out[s] = p.mul_(scale[s])
+            out[s] = _gradient_(p, scale[s], safe[s], scale[s], ctx.smoothing)
         return out, None, None, None
+
+
+def _gradient_(e: torch.Tensor, factor: torch.Tensor, safe: torch.Tensor, scale: torch.Tensor,
+               smoothing: float) -> torch.Tensor:
+    """In place, the loss's gradient for a chunk: e (C, V) float32 with e * factor = p_j * scale
+    (the softmax times d loss / d row's loss, scale (C, 1)) -> d loss / d x_j = scale * (p_j -
+    smoothing / V - (1 - smoothing) [j = target]); safe (C, 1) the targets."""
+    e.mul_(factor)
+    if smoothing:
+        e.sub_(scale * (smoothing / e.shape[-1]))
+    return e.scatter_add_(1, safe, scale * (smoothing - 1.0))
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,
