@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from captioning.models.packed import available as packed_available
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "benchmark.py"
 TINY = ["--batch", "2", "--grid", "2", "--feature-dim", "16", "--d-model", "16", "--vocab", "30",
         "--tokens", "3", "--repeats", "1", "--warmup", "0", "--beam", "2", "--beam-batch", "3",
@@ -42,7 +44,7 @@ def test_benchmark_json_has_every_field(tmp_path):
         "greedy_lstm", "greedy_lstm_naive", "greedy_transformer", "greedy_transformer_naive",
         "greedy_transformer_nocache", "beam2_lstm", "beam2_lstm_per_image", "beam2_transformer",
         "beam2_transformer_per_image",
-    }
+    } | ({"greedy_lstm_unpacked", "greedy_transformer_unpacked"} if packed_available() else set())
     for t in res["decode"].values():
         assert {"median_s", "min_s", "max_s", "images_per_s"} <= set(t) and t["images_per_s"] > 0
     assert {"from_files", "bare_forward", "dtype"} <= set(res["encoder"])
@@ -53,7 +55,8 @@ def test_benchmark_json_has_every_field(tmp_path):
         "train_transformer_dot_over_additive_fp32", "train_transformer_dot_over_additive_bf16",
         "greedy_lstm_vs_naive", "greedy_transformer_vs_naive", "beam_batched_vs_per_image_lstm",
         "beam_batched_vs_per_image_transformer", "transformer_cache_speedup", "encoder_files_vs_bare",
-    }
+    } | ({"greedy_lstm_packed_vs_unpacked", "greedy_transformer_packed_vs_unpacked"}
+         if packed_available() else set())
     assert all(v > 0 for v in res["ratios"].values())
     assert "| ratio | x |" in md.read_text() and res["config"]["tokens"] == 3
     # Every derived figure is what its definition says, from the figures it is made of.

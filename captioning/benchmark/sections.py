@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from ..models import beam_search, build_decoder, greedy_decode
 from ..models.losses import cross_entropy
+from ..models.packed import available as packed_available
 from ..models.refiner import REFINERS
 from .config import DTYPES
 
@@ -155,6 +156,8 @@ def bench_decode(args, device, results) -> None:
         variants = [("", {}), ("_naive", {"prepare_once": False})]
         if name == "transformer":
             variants.append(("_nocache", {"use_cache": False}))
+        if device.type == "cpu" and packed_available():  # weights packed once per search or per token
+            variants.append(("_unpacked", {"pack_linears": False}))
         for suffix, attrs in variants:
             for key, value in attrs.items():
                 setattr(dec, key, value)
@@ -163,7 +166,7 @@ def bench_decode(args, device, results) -> None:
                           args.repeats, device)
             t["images_per_s"] = args.batch / t["median_s"]
             out[f"greedy_{name}{suffix}"] = t
-            for key in attrs:  # back to the defaults (both flags default to True)
+            for key in attrs:  # back to the defaults (every flag defaults to True)
                 setattr(dec, key, True)
         # Beam search: one batched call vs the same function once per image. <eos> is banned,
         # so every hypothesis runs the full length and both sides do the same steps.

@@ -26,6 +26,9 @@ def ratios(results: dict, args) -> dict:
                 r[f"train_{name}_dot_over_additive_{p}"] = cps[dot] / cps[additive]
         if f"greedy_{name}" in de:
             r[f"greedy_{name}_vs_naive"] = faster(de, f"greedy_{name}_naive", f"greedy_{name}")
+            if f"greedy_{name}_unpacked" in de:
+                r[f"greedy_{name}_packed_vs_unpacked"] = faster(
+                    de, f"greedy_{name}_unpacked", f"greedy_{name}")
             tag = f"beam{args.beam}_{name}"
             r[f"beam_batched_vs_per_image_{name}"] = faster(de, f"{tag}_per_image", tag)
     if "greedy_transformer_nocache" in de:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from .decoding import constrain
+from .packed import decoding_packed
 
 
 @dataclass
@@ -28,6 +29,7 @@ def length_penalty(length: int, alpha: float) -> float:
 
 
 @torch.no_grad()
+@decoding_packed  # every linear's weight packed once per search, not per token
 def beam_search(
     decoder,
     features: torch.Tensor,

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import torch
 
+from .packed import decoding_packed
+
 
 @torch.no_grad()
+@decoding_packed  # every linear's weight packed once per search, not per token
 def greedy_decode(
     decoder,
     features: torch.Tensor,
@@ -43,6 +46,7 @@ def greedy_decode(
 
 
 @torch.no_grad()
+@decoding_packed  # every linear's weight packed once per search, not per token
 def sample_decode(
     decoder,
     features: torch.Tensor,
