@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch import nn
 
-from captioning.models import build_decoder, greedy_decode
-from captioning.models.packed import _PackedForward, available, packed_linears
+from captioning.models import build_decoder, greedy_decode, packed
+from captioning.models.packed import _PackedForward, available, packed_linears, packs_in
 
 pytestmark = pytest.mark.skipif(not available(), reason="this torch has no oneDNN packed linear")
 
@@ -28,7 +28,8 @@ def test_packed_products_match_f_linear(dtype):
         with packed_linears(lin):
             assert isinstance(lin.__dict__.get("forward"), _PackedForward)
             out = lin(x)
-            assert lin.forward.packs.keys() == {dtype}  # packed once, in the dtype the call ran in
+            # packed once, in the dtype the call ran in (where this CPU's oneDNN packs it)
+            assert lin.forward.packs.keys() == ({dtype} if packs_in(dtype) else set())
     assert out.dtype == ref.dtype == dtype and out.shape == (2, 5, 300)
     torch.testing.assert_close(out.float(), ref.float(), **tol)
     assert (out.float() - ref.float()).abs().max() < 0.05 * ref.float().abs().max()
@@ -116,3 +117,28 @@ def test_greedy_decoding_packs_and_matches_the_unpacked_logits(autocast):
     tol = 0.05 if autocast else 1e-4
     assert (out - ref).abs().max() <= tol * ref.abs().max()
     assert tokens.shape == (3, 6) and weights.shape == (3, 6, 6)
+
+
+def test_a_dtype_this_cpu_cannot_pack_keeps_f_linear(monkeypatch):
+    # oneDNN refuses bf16 on AVX2-only CPUs: decoding there must run as before, not fail.
+    monkeypatch.setattr(packed, "packs_in", lambda dtype: dtype != torch.bfloat16)
+    lin = nn.Linear(8, 4)
+    x = torch.randn(3, 8)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = lin(x)
+        with packed_linears(lin):
+            out = lin(x)
+            assert not lin.forward.packs
+    assert torch.equal(out, ref)
+
+
+def test_the_capability_probe_says_no_when_onednn_refuses(monkeypatch):
+    def refuse(*args):
+        raise RuntimeError("mkldnn_reorder_linear_weight: bf16 path needs the cpu support avx512bw")
+
+    packs_in.cache_clear()
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", refuse)
+    try:
+        assert packs_in(torch.bfloat16) is False
+    finally:
+        packs_in.cache_clear()

@@ -35,6 +35,18 @@ def available() -> bool:
             and hasattr(ops, "_linear_pointwise"))
 
 
+@functools.cache
+def packs_in(dtype: torch.dtype) -> bool:
+    """Whether this CPU's oneDNN packs and multiplies in `dtype`: tried once on a tiny weight.
+    oneDNN refuses bf16 on CPUs without AVX-512 (AVX2 only) or AVX-NE-CONVERT; those keep F.linear."""
+    try:
+        w = torch.ones(2, 2, dtype=dtype)
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
+        return bool(torch.ops.mkldnn._linear_pointwise(w, packed, None, "none", [], "").eq(2).all())
+    except RuntimeError:
+        return False
+
+
 class _PackedForward:
     """Stands in for one nn.Linear's forward: packs its weight per dtype at first use."""
 
@@ -49,7 +61,8 @@ class _PackedForward:
             dtype = x.dtype
         else:  # F.linear's own error (or promotion rule) for mixed dtypes, unchanged
             dtype = None
-        if dtype not in _DTYPES or torch.is_grad_enabled() or x.device.type != "cpu":
+        if (dtype not in _DTYPES or torch.is_grad_enabled() or x.device.type != "cpu"
+                or not packs_in(dtype)):
             return nn.Linear.forward(linear, x)
         if dtype not in self.packs:
             w = linear.weight.detach().to(dtype)
