@@ -64,6 +64,12 @@ def test_not_applied_with_gradients_compiled_forwards_or_an_opt_out():
         with packed_linears(dec):
             assert "forward" not in dec.head.__dict__
         del dec.pack_linears
+        torch.backends.mkldnn.enabled = False  # the user's switch
+        try:
+            with packed_linears(dec):
+                assert "forward" not in dec.head.__dict__
+        finally:
+            torch.backends.mkldnn.enabled = True
         with packed_linears(dec):
             inner = dec.head.forward
             with packed_linears(dec):  # nested: the outer packing stays

@@ -29,10 +29,11 @@ _DTYPES = (torch.float32, torch.bfloat16)
 
 
 def available() -> bool:
-    """oneDNN is built in and its packed linear ops exist (they are private: checked, not assumed)."""
+    """oneDNN is built in, not switched off (`torch.backends.mkldnn.flags(enabled=False)`), and its
+    packed linear ops exist (they are private: checked, not assumed)."""
     ops = getattr(torch.ops, "mkldnn", None)
-    return (torch.backends.mkldnn.is_available() and hasattr(ops, "_reorder_linear_weight")
-            and hasattr(ops, "_linear_pointwise"))
+    return (torch.backends.mkldnn.is_available() and bool(torch.backends.mkldnn.enabled)
+            and hasattr(ops, "_reorder_linear_weight") and hasattr(ops, "_linear_pointwise"))
 
 
 @functools.cache
