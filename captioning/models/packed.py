@@ -41,7 +41,7 @@ def packs_in(dtype: torch.dtype) -> bool:
     """Whether this CPU's oneDNN packs and multiplies in `dtype`: tried once on a tiny weight.
     oneDNN refuses bf16 on CPUs without AVX-512 (AVX2 only) or AVX-NE-CONVERT; those keep F.linear."""
     try:
-        w = torch.ones(2, 2, dtype=dtype)
+        w = torch.ones(2, 2, dtype=dtype, device="cpu")  # a probe of the CPU, by design
         packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
         return bool(torch.ops.mkldnn._linear_pointwise(w, packed, None, "none", [], "").eq(2).all())
     except RuntimeError:
