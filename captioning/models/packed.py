@@ -2,9 +2,9 @@
 
 A decoding step multiplies a small batch (M = 64 rows: one per image or beam) by the same
 weights at every token. `F.linear` hands a plain row-major weight to the GEMM, which re-lays it
-out for its kernel on each call: at M = 64 that copy is a large share of the product (the
-vocabulary head's 10,000 x 512 weight: 2.8 ms a token in bf16, 2.1 ms packed; 6.8 ms in fp32 through
-MKL, 3.8 ms packed for oneDNN; AVX-512 BF16 EPYC, 2 threads, docs/benchmarks.md). `packed_linears`
+out for its kernel on each call: at M = 64 that is a large share of the product (the vocabulary
+head: a third of its time in bf16, over half in fp32 through MKL; docs/benchmarks.md, "Decoding
+from packed weights"). `packed_linears`
 packs each nn.Linear's weight once, lazily at its first call in the dtype that call runs in
 (autocast's, or the input's), and serves the decoding from the packed copy.
 
