@@ -687,9 +687,9 @@ def test_a_cell_at_its_chosen_rate_is_the_sweep_cell_at_that_rate(tmp_path):
 
 def test_the_shipped_sweep_covers_a_condition_whose_rate_depends_on_the_width():
     """Scaled dot chose different rates at 512-d and 2048-d, so native512 (512-d, not a PCA
-    truncation) gets its own scaled-dot sweep and trains no seed before it has chosen; additive
-    and dot chose one rate at both widths and take it there; the 2048-d conditions take the
-    2048-d rates."""
+    truncation) gets its own scaled-dot sweep (it chose 1e-3: neither width's rate, so neither
+    could have stood in for it); additive and dot chose one rate at both widths and take it
+    there; the 2048-d conditions take the 2048-d rates."""
     from captioning.compare.run import at_chosen_rates
 
     def spec(experiment: str) -> dict:
@@ -702,7 +702,9 @@ def test_the_shipped_sweep_covers_a_condition_whose_rate_depends_on_the_width():
     grid = spec("convergence")
     cells = at_chosen_rates(grid, expand_grid(grid))
     native = {(c.attention, c.lr) for c in cells if c.decoder == "lstm" and c.dims == "native512"}
-    assert native == {("additive", 3e-3), ("dot", 1e-3)}
+    assert native == {("additive", 3e-3), ("dot", 1e-3), ("scaled_dot", 1e-3)}
+    matched = {c.lr for c in cells if (c.decoder, c.dims, c.attention) == ("lstm", "matched", "scaled_dot")}
+    assert matched == {3e-4}
     for dims in ("grid7", "query_projected", "mismatched_whitened"):
         rates = {c.lr for c in cells if (c.decoder, c.dims, c.attention) == ("lstm", dims, "scaled_dot")}
         assert rates == {3e-3}, dims
