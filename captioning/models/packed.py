@@ -4,9 +4,9 @@ A decoding step multiplies a small batch (M = 64 rows: one per image or beam) by
 weights at every token. `F.linear` hands a plain row-major weight to the GEMM, which re-lays it
 out for its kernel on each call: at M = 64 that is a large share of the product (the vocabulary
 head: a third of its time in bf16, over half in fp32 through MKL; docs/benchmarks.md, "Decoding
-from packed weights"). `packed_linears`
-packs each nn.Linear's weight once, lazily at its first call in the dtype that call runs in
-(autocast's, or the input's), and serves the decoding from the packed copy.
+from packed weights"). `packed_linears` packs each nn.Linear's weight once, lazily at its first
+call in the dtype that call runs in (autocast's, or the input's), and serves the decoding from
+the packed copy.
 
 bf16 outputs are those of `F.linear` under autocast bit for bit (the same rounded weights, the
 same kernel family); fp32 outputs differ in the last bits (oneDNN's summation order against
@@ -82,8 +82,9 @@ def packed_linears(module: nn.Module) -> Iterator[None]:
     if not isinstance(module, nn.Module):  # a duck-typed decoder (the decoding API only)
         yield
         return
-    linears = [m for m in module.modules() if isinstance(m, nn.Linear)]
-    replaced = any("forward" in m.__dict__ for m in module.modules())
+    modules = list(module.modules())
+    linears = [m for m in modules if isinstance(m, nn.Linear)]
+    replaced = any("forward" in m.__dict__ for m in modules)
     if (not getattr(module, "pack_linears", True) or replaced or torch.is_grad_enabled()
             or not linears or not available() or any(m.weight.device.type != "cpu" for m in linears)):
         yield
