@@ -885,7 +885,7 @@ def test_a_condition_on_anothers_features_borrows_the_modes_it_did_not_run(tmp_p
 
     rng = np.random.default_rng(1)
     scores = {("mismatched_whitened", mode, seed): (0.3, 0.4, float(rng.uniform(0.4, 0.6)))
-              for mode in ("additive", "dot") for seed in range(3)}
+              for mode in ("additive", "dot", "scaled_dot") for seed in range(3)}
     scores |= {("query_projected", "dot", seed): (0.3, 0.4, float(rng.uniform(0.4, 0.6)))
                for seed in range(2)}
     dirs, refs = _convergence_cells(tmp_path, scores)
@@ -909,6 +909,11 @@ def test_a_condition_on_anothers_features_borrows_the_modes_it_did_not_run(tmp_p
     assert "| lstm | query_projected | additive (mismatched_whitened) − dot | 2 |" in text
     assert "| lstm | query_projected | dot − dot (mismatched_whitened) | 2 |" in text
     assert "| lstm | query_projected − mismatched_whitened | additive − dot | 2 |" in text
+    # query_projected's scaled dot has not run: no row of its made wholly of borrowed cells
+    assert all("query_projected" in (g["a_dims"], g["b_dims"]) for g in report["gaps"]
+               if g["dims"] == "query_projected")
+    assert "| lstm | query_projected | additive (mismatched_whitened) − scaled_dot" not in text
+    assert [(i["a"], i["b"]) for i in report["interactions"]] == [("additive", "dot")]
 
 
 def test_report_conditions_must_be_the_grids():

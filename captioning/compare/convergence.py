@@ -147,7 +147,7 @@ def convergence_report(dirs: dict[Cell, Path], references: dict, spec: dict,
             # a mode against itself: on the features this condition shares (the projection's effect)
             other = same[dims] if a == b else dims
             (ga, a_dims), (gb, b_dims) = runs(decoder, dims, a), runs(decoder, other, b)
-            if not ga or not gb:
+            if not ga or not gb or dims not in (a_dims, b_dims):  # both borrowed: not this condition's
                 continue
             seeds, by_stage = paired([(ga, 1), (gb, -1)])
             gaps.append({"decoder": decoder, "dims": dims, "a": a, "b": b, "a_dims": a_dims,
@@ -156,8 +156,13 @@ def convergence_report(dirs: dict[Cell, Path], references: dict, spec: dict,
     for first, second in spec.get("interactions") or []:
         for decoder in sorted({d for d, _, _ in groups}):
             for a, b in CONTRASTS:
-                parts = [runs(decoder, dims, m)[0] for dims in (first, second) for m in (a, b)]
-                if not all(parts):
+                found = [runs(decoder, dims, m) for dims in (first, second) for m in (a, b)]
+                parts = [g for g, _ in found]
+                # each condition needs a mode of its own: one made wholly of borrowed cells is
+                # the other condition's gap, and the difference would be zero by construction
+                own = [dims in (found[2 * k][1], found[2 * k + 1][1])
+                       for k, dims in enumerate((first, second))]
+                if not all(parts) or not all(own):
                     continue
                 seeds, by_stage = paired(list(zip(parts, [1, -1, -1, 1])))
                 interactions.append({"decoder": decoder, "a": a, "b": b, "conditions": [first, second],
