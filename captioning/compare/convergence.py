@@ -132,6 +132,15 @@ def convergence_report(dirs: dict[Cell, Path], references: dict, spec: dict,
             dims = same[dims]
         return groups.get((decoder, dims, mode)), dims
 
+    def gap_runs(decoder: str, dims: str, a: str, b: str, other: str | None = None) -> tuple | None:
+        """(a's runs, a's dims, b's runs, b's dims) of the gap a − b in dims (b on `other`'s
+        features where given); None where a side has not run, or where both sides are borrowed:
+        that would be the other condition's gap under this one's name."""
+        (ga, a_dims), (gb, b_dims) = runs(decoder, dims, a), runs(decoder, other or dims, b)
+        if not ga or not gb or dims not in (a_dims, b_dims):
+            return None
+        return ga, a_dims, gb, b_dims
+
     def paired(sides: list[tuple[dict[int, Cell], int]]) -> tuple[list[int], dict]:
         seeds = sorted(set.intersection(*(set(g) for g, _ in sides)))
         pairs = [([g[s] for g, _ in sides], [sign for _, sign in sides]) for s in seeds]
@@ -145,10 +154,10 @@ def convergence_report(dirs: dict[Cell, Path], references: dict, spec: dict,
                           if (decoder, same[dims], m) in groups]
         for a, b in contrasts:
             # a mode against itself: on the features this condition shares (the projection's effect)
-            other = same[dims] if a == b else dims
-            (ga, a_dims), (gb, b_dims) = runs(decoder, dims, a), runs(decoder, other, b)
-            if not ga or not gb or dims not in (a_dims, b_dims):  # both borrowed: not this condition's
+            found = gap_runs(decoder, dims, a, b, same[dims] if a == b else None)
+            if not found:
                 continue
+            ga, a_dims, gb, b_dims = found
             seeds, by_stage = paired([(ga, 1), (gb, -1)])
             gaps.append({"decoder": decoder, "dims": dims, "a": a, "b": b, "a_dims": a_dims,
                          "b_dims": b_dims, "seeds": seeds, "stages": by_stage})
@@ -156,14 +165,10 @@ def convergence_report(dirs: dict[Cell, Path], references: dict, spec: dict,
     for first, second in spec.get("interactions") or []:
         for decoder in sorted({d for d, _, _ in groups}):
             for a, b in CONTRASTS:
-                found = [runs(decoder, dims, m) for dims in (first, second) for m in (a, b)]
-                parts = [g for g, _ in found]
-                # each condition needs a mode of its own: one made wholly of borrowed cells is
-                # the other condition's gap, and the difference would be zero by construction
-                own = [dims in (found[2 * k][1], found[2 * k + 1][1])
-                       for k, dims in enumerate((first, second))]
-                if not all(parts) or not all(own):
+                sides = [gap_runs(decoder, dims, a, b) for dims in (first, second)]
+                if not all(sides):
                     continue
+                parts = [g for ga, _, gb, _ in sides for g in (ga, gb)]
                 seeds, by_stage = paired(list(zip(parts, [1, -1, -1, 1])))
                 interactions.append({"decoder": decoder, "a": a, "b": b, "conditions": [first, second],
                                      "seeds": seeds, "stages": by_stage})
