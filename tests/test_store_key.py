@@ -151,3 +151,44 @@ def test_precision_names_are_checked():
         extraction_dtype(torch.device("cpu"), "half")
     assert extraction_dtype(torch.device("cpu"), "fp32") == torch.float32
     assert extraction_dtype(torch.device("cpu"), "bf16") == torch.bfloat16
+
+
+def test_each_store_has_its_own_lock_so_other_stores_build_meanwhile(tmp_path):
+    """Runs on one dataset with another encoder or image size (a grid's lanes) extract their
+    stores at the same time; runs that would build the same store (either precision: the auto
+    rule reads both) take one lock, and the second waits for the first."""
+    import threading
+
+    from captioning.data.features import store_lock_name
+    from captioning.data.prepare import load_records_and_features, locate_dataset, preparing
+
+    cache = tmp_path / "cache"
+    cfg = _data_cfg(_dataset(tmp_path / "here"), cache)
+
+    def name(enc: dict, data_cfg: dict = cfg) -> str:
+        args = locate_dataset(data_cfg, enc).store_args
+        return store_lock_name(args["key_parts"], args["paths"], enc, args["max_pixels"], args["root"])
+
+    this = name(ENC)
+    assert name({**ENC, "precision": "bf16"}) == name({**ENC, "precision": "fp32"}) == this
+    assert name({**ENC, "image_size": 32}) != this
+    assert name({**ENC, "name": "resnet34"}) != this
+    moved = shutil.copytree(tmp_path / "here", tmp_path / "moved")
+    assert name(ENC, _data_cfg(moved / "dataset.json", cache)) == this  # the same store
+
+    loaded: dict[str, object] = {}
+
+    def load(key: str, enc: dict) -> None:
+        loaded[key] = load_records_and_features(cfg, enc)
+
+    with preparing(cache, this):  # another process is building this store
+        other = threading.Thread(target=load, args=("other size", {**ENC, "image_size": 32}))
+        other.start()
+        other.join(timeout=300)
+        assert "other size" in loaded  # extracted its own store meanwhile
+        same = threading.Thread(target=load, args=("same", ENC))
+        same.start()
+        same.join(timeout=3)
+        assert same.is_alive() and "same" not in loaded  # waits for this store's lock
+    same.join(timeout=300)
+    assert "same" in loaded

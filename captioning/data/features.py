@@ -67,6 +67,18 @@ def image_fingerprint(paths: list[Path], root: Path | None) -> str:
     return fingerprint(items)
 
 
+def store_lock_name(key_parts: dict, paths: list[Path], enc_cfg: dict, max_pixels: int = MAX_PIXELS,
+                    root: Path | None = None) -> str:
+    """The lock of the stores `open_store` would open for these arguments (both precisions):
+    the parts of their key that need no file read (the images' names relative to the root,
+    not their sizes). Processes that would build the same store take the same lock; a
+    store of another encoder, weights, image size or image set builds at the same time."""
+    names = [os.path.relpath(p, root) if root else str(p) for p in paths]
+    key = {**key_parts, "names": fingerprint([n.replace(os.sep, "/") for n in names]),
+           "size": enc_cfg["image_size"], "max_pixels": max_pixels}
+    return f"store_{fingerprint(key, length=16)}"
+
+
 def open_store(cache_dir: str | Path, key_parts: dict, paths: list[Path], enc_cfg: dict,
                max_pixels: int = MAX_PIXELS, root: Path | None = None,
                legacy: dict | None = None) -> FeatureStore:

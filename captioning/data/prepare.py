@@ -20,7 +20,7 @@ from ..models.encoder import ResNetEncoder, build_encoder
 from ..models.normalizer import FeatureNormalizer, fit_normalizer
 from ..schema.fields import unset
 from .checks import check_files, check_splits
-from .features import open_store, stored_features
+from .features import open_store, store_lock_name, stored_features
 from .formats import load_records
 from .precomputed import precomputed_features
 from .records import ImageRecord, image_root_of
@@ -149,23 +149,26 @@ def read_features(located: Located) -> tuple[LazyFeatures, list[str]]:
 
 
 @contextmanager
-def preparing(cache_dir: str | Path):
-    """One process at a time prepares data (generates the built-in dataset, builds a feature
-    store) under this cache dir: DDP ranks, torchrun workers, parallel sweep jobs sharing a
-    cache. The others wait here, then find everything built. An advisory lock on
-    <cache_dir>/.prepare.lock (POSIX; on a shared filesystem it needs working flock)."""
+def preparing(cache_dir: str | Path, name: str = "prepare"):
+    """One process at a time prepares what lock `name` guards under this cache dir: "prepare",
+    the dataset (the built-in one is generated); a store's own name (features.store_lock_name),
+    that store's extraction. DDP ranks, torchrun workers, parallel sweep jobs sharing a cache:
+    the others wait here, then find it built; stores of other encoders or image sizes build at
+    the same time. An advisory lock on <cache_dir>/.<name>.lock (POSIX; on a shared filesystem
+    it needs working flock)."""
     try:
         import fcntl
     except ImportError:  # no POSIX locks (Windows): one process per cache is the user's job
         yield
         return
-    path = Path(cache_dir) / ".prepare.lock"
+    path = Path(cache_dir) / f".{name}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            log.info("data: another process is preparing data under %s; waiting for it", cache_dir)
+            what = "data" if name == "prepare" else f"the feature store {name}"
+            log.info("data: another process is preparing %s under %s; waiting for it", what, cache_dir)
             fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -175,9 +178,16 @@ def preparing(cache_dir: str | Path):
 
 def load_records_and_features(data_cfg: dict, enc_cfg: dict, training: bool = False):
     """Records, raw features and reasons (locate_dataset, then read_features), prepared by one
-    process at a time (`preparing`): with a cold cache the first builds, the rest load."""
-    with preparing(data_cfg.get("cache_dir") or "data/cache"):
+    process at a time (`preparing`): with a cold cache the first builds, the rest load. The
+    dataset and its store are locked apart: a run of another encoder or image size on the
+    same dataset extracts its own store while this one extracts (a grid's lanes)."""
+    cache_dir = data_cfg.get("cache_dir") or "data/cache"
+    with preparing(cache_dir):
         located = locate_dataset(data_cfg, enc_cfg, training)
+    store = "prepare" if located.encoder is None else store_lock_name(  # precomputed: the dataset's lock
+        located.store_args["key_parts"], located.store_args["paths"], enc_cfg,
+        located.store_args["max_pixels"], located.store_args["root"])
+    with preparing(cache_dir, store):
         return (located.records, *read_features(located))
 
 
