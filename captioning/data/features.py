@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, Subset
 from tqdm import tqdm
 
 from ..device import resolve_device
+from ..models import precision as calibrated
 from ..models.encoder import ResNetEncoder, autocast_dtype, encoder_dim, grid_cells
 from ..provenance import cpu_kind, fingerprint
 from .images import MAX_PIXELS, ImageFiles
@@ -136,6 +137,22 @@ def stored_features(
     return store.features(), store.reasons()
 
 
+def _note_forced_precision(dtype: torch.dtype) -> None:
+    """A forced encoder.precision that this CPU's calibration measured slower (bf16 where its
+    convolutions have no bf16 kernels: 4-7x fp32's time on AVX2): say so and by how much,
+    before a long extraction, so a slow store is not taken for a hang."""
+    entry = calibrated.calibration()["encoder"]
+    times = {torch.float32: entry["fp32_s"], torch.bfloat16: entry["bf16_s"]}
+    faster = torch.bfloat16 if entry["choice"] == "bf16" else torch.float32
+    if faster == dtype or not times[dtype] or not times[faster]:
+        return
+    log.warning("features: encoder.precision=%s is forced, and this CPU ran the encoder's "
+                "convolutions %.1fx slower in it than in %s (%.1f against %.1f ms, %s): the "
+                "extraction takes about that much longer than with encoder.precision=auto",
+                "bf16" if dtype == torch.bfloat16 else "fp32", times[dtype] / times[faster],
+                dtype_name(faster), times[dtype] * 1e3, times[faster] * 1e3, calibrated.cache_path())
+
+
 def _extract_into(store: FeatureStore, encoder: ResNetEncoder, paths: list[Path], enc_cfg: dict,
                   max_pixels: int, root: Path | None) -> None:
     device = resolve_device(enc_cfg["device"])
@@ -146,6 +163,8 @@ def _extract_into(store: FeatureStore, encoder: ResNetEncoder, paths: list[Path]
     else:
         log.info("features: extracting %d images on %s in %s -> %s", total, device, dtype_name(dtype),
                  store.root)
+    if device.type == "cpu" and enc_cfg["precision"] != "auto":
+        _note_forced_precision(dtype)
     files = ImageFiles(paths, enc_cfg["image_size"], max_pixels, root)
     batches = extract_features(encoder, Subset(files, range(start, total)),
                                enc_cfg["batch_size"], enc_cfg["num_workers"], device, dtype)
