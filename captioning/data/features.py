@@ -77,7 +77,7 @@ def store_lock_name(key_parts: dict, paths: list[Path], enc_cfg: dict, max_pixel
     names = [os.path.relpath(p, root) if root else str(p) for p in paths]
     key = {**key_parts, "names": fingerprint([n.replace(os.sep, "/") for n in names]),
            "size": enc_cfg["image_size"], "max_pixels": max_pixels}
-    return f"store_{fingerprint(key, length=16)}"
+    return f"features_{fingerprint(key, length=16)}"
 
 
 def open_store(cache_dir: str | Path, key_parts: dict, paths: list[Path], enc_cfg: dict,

@@ -167,7 +167,7 @@ def preparing(cache_dir: str | Path, name: str = "prepare"):
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            what = "data" if name == "prepare" else f"the feature store {name}"
+            what = "data" if name == "prepare" else f"these features (lock .{name}.lock)"
             log.info("data: another process is preparing %s under %s; waiting for it", what, cache_dir)
             fcntl.flock(f, fcntl.LOCK_EX)
         try:
