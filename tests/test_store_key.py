@@ -180,15 +180,13 @@ def test_each_store_has_its_own_lock_so_other_stores_build_meanwhile(tmp_path):
     rule reads both) take one lock, and the second waits for the first."""
     import threading
 
-    from captioning.data.features import store_lock_name
     from captioning.data.prepare import load_records_and_features, locate_dataset, preparing
 
     cache = tmp_path / "cache"
     cfg = _data_cfg(_dataset(tmp_path / "here"), cache)
 
     def name(enc: dict, data_cfg: dict = cfg) -> str:
-        args = locate_dataset(data_cfg, enc).store_args
-        return store_lock_name(args["key_parts"], args["paths"], enc, args["max_pixels"], args["root"])
+        return locate_dataset(data_cfg, enc).lock_name()
 
     this = name(ENC)
     assert name({**ENC, "precision": "bf16"}) == name({**ENC, "precision": "fp32"}) == this

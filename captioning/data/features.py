@@ -54,17 +54,21 @@ def extract_features(
             yield encoder(images).to(torch.float16).cpu().numpy(), list(why)
 
 
+def _image_name(path: Path, root: Path | None) -> str:
+    """A file's path relative to the image root, with / on every OS (so the folder can move)."""
+    return (os.path.relpath(path, root) if root else str(path)).replace(os.sep, "/")
+
+
 def image_fingerprint(paths: list[Path], root: Path | None) -> str:
-    """The images a store holds, in order: each file's path relative to the image root (so the
-    folder can move) and its size in bytes (a replaced file is noticed; None: missing now)."""
+    """The images a store holds, in order: each file's name (_image_name) and its size in
+    bytes (a replaced file is noticed; None: missing now)."""
     items = []
     for path in paths:
         try:
             size = os.stat(path).st_size
         except OSError:
             size = None
-        name = os.path.relpath(path, root) if root else str(path)
-        items.append([name.replace(os.sep, "/"), size])
+        items.append([_image_name(path, root), size])
     return fingerprint(items)
 
 
@@ -74,8 +78,7 @@ def store_lock_name(key_parts: dict, paths: list[Path], enc_cfg: dict, max_pixel
     the parts of their key that need no file read (the images' names relative to the root,
     not their sizes). Processes that would build the same store take the same lock; a
     store of another encoder, weights, image size or image set builds at the same time."""
-    names = [os.path.relpath(p, root) if root else str(p) for p in paths]
-    key = {**key_parts, "names": fingerprint([n.replace(os.sep, "/") for n in names]),
+    key = {**key_parts, "names": fingerprint([_image_name(p, root) for p in paths]),
            "size": enc_cfg["image_size"], "max_pixels": max_pixels}
     return f"features_{fingerprint(key, length=16)}"
 

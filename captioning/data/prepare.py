@@ -102,6 +102,15 @@ class Located:
     store_args: dict  # open_store's arguments
     file_problems: dict[str, list[str]]  # captioning.data.checks.file_problems
 
+    def lock_name(self) -> str:
+        """The `preparing` lock its features are built under: the store's own
+        (features.store_lock_name); precomputed features are copied under the dataset's."""
+        if self.encoder is None:
+            return "prepare"
+        args = self.store_args
+        return store_lock_name(args["key_parts"], args["paths"], args["enc_cfg"], args["max_pixels"],
+                               args["root"])
+
 
 def locate_dataset(data_cfg: dict, enc_cfg: dict, training: bool = False) -> Located:
     """Read the dataset file and run the checks that need no decoding (a dataset none of whose
@@ -184,10 +193,7 @@ def load_records_and_features(data_cfg: dict, enc_cfg: dict, training: bool = Fa
     cache_dir = data_cfg.get("cache_dir") or "data/cache"
     with preparing(cache_dir):
         located = locate_dataset(data_cfg, enc_cfg, training)
-    store = "prepare" if located.encoder is None else store_lock_name(  # precomputed: the dataset's lock
-        located.store_args["key_parts"], located.store_args["paths"], enc_cfg,
-        located.store_args["max_pixels"], located.store_args["root"])
-    with preparing(cache_dir, store):
+    with preparing(cache_dir, located.lock_name()):
         return (located.records, *read_features(located))
 
 
