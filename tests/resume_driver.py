@@ -9,7 +9,10 @@ SLOW_AFTER_STEP=k sleeps 0.3 s per step after step k (time for the test to kill 
 HANG_IN_SAVE_AT_STEP=k makes the checkpoint write at step >= k stop half-way (the temp file
 half written, then <steps log>.saving created) until killed; NO_POSITION_RESTORE=1 resumes
 without the data loader's position (the negative control); POISON_IMAGE=i makes the features
-of dataset image i NaN in every training batch that holds it (an injected bad batch).
+of dataset image i NaN in every training batch that holds it (an injected bad batch);
+PLATEAU_NEVER_IMPROVES=1 makes schedule=warmup_plateau count every validation after the first
+as no improvement (it must beat the best by 10); NO_PLATEAU_CATCH_UP=1 resumes without taking
+the plateau step an epoch-end checkpoint left due (the negative control).
 """
 
 import hashlib
@@ -75,6 +78,19 @@ if os.environ.get("NO_POSITION_RESTORE"):
         self.restore_position = False
 
     CaptionDataModule.__init__ = forgetful_init
+
+if os.environ.get("PLATEAU_NEVER_IMPROVES"):
+    from captioning.lit import schedules
+
+    plateau_init = schedules.WarmupPlateau.__init__
+
+    def never_improves(self, *args, **kwargs):
+        plateau_init(self, *args, **{**kwargs, "threshold_mode": "abs", "threshold": 10.0})
+
+    schedules.WarmupPlateau.__init__ = never_improves
+
+if os.environ.get("NO_PLATEAU_CATCH_UP"):
+    CaptioningModule._catch_up_plateau = lambda self: None
 
 if (poison := int(os.environ.get("POISON_IMAGE", "-1"))) >= 0:
     from captioning.lit import datamodule

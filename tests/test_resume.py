@@ -130,6 +130,53 @@ def test_negative_control_resume_without_loader_position_differs(
     assert any(p.startswith("batches differ") for p in problems), problems
 
 
+# The plateau rule steps once per epoch, after the epoch's validation; the epoch-end
+# checkpoint is written before that step (Lightning steps plateau schedulers after the
+# checkpoint callbacks and never on a restart). Here every validation after the first halves
+# the rate (the driver's PLATEAU_NEVER_IMPROVES), so a lost step shows in the rates.
+PLATEAU = ["trainer.max_epochs=3", "checkpoint.every_n_steps=0", "schedule=warmup_plateau",
+           "optim.scheduler.warmup_steps=4", "optim.scheduler.patience=0"]
+NEVER = {"PLATEAU_NEVER_IMPROVES": "1"}
+
+
+@pytest.fixture(scope="module")
+def plateau_uninterrupted(tmp_path_factory, data_dir) -> Path:
+    root = tmp_path_factory.mktemp("plateau_uninterrupted")
+    _finish(_start(root / "run", data_dir, root / "steps.jsonl", *PLATEAU, env=NEVER))
+    curve = json.loads((root / "run" / "results.json").read_text())["val_curve"]
+    assert [e["lr"] for e in curve] == pytest.approx([0.005, 0.005, 0.0025])  # one halving
+    return root
+
+
+@pytest.fixture(scope="module")
+def plateau_killed(tmp_path_factory, data_dir) -> Path:
+    """Killed in epoch 2 (step >= 27 of 72), its last checkpoint epoch 1's end."""
+    root = tmp_path_factory.mktemp("plateau_killed")
+    log = root / "steps.jsonl"
+    proc = _start(root / "run", data_dir, log, *PLATEAU, env={**NEVER, "SLOW_AFTER_STEP": "24"})
+    _kill_when(proc, lambda: log.exists() and _last_step(log) >= 27, "step 27")
+    assert read_checkpoint(root / "run" / "checkpoints" / "last.ckpt")["global_step"] == 24
+    return root
+
+
+@pytest.mark.parametrize("catch_up", [True, False], ids=["resumed", "negative-control"])
+def test_killed_after_an_epoch_end_resumes_the_plateau_rule_exactly(
+        catch_up, plateau_uninterrupted, plateau_killed, data_dir, tmp_path):
+    """Resumed from epoch 1's end: the plateau step that epoch 1's validation called for is
+    taken on resume, as the uninterrupted run took it; without it (the negative control) the
+    rule works from a stale best and the halving comes one epoch late."""
+    resumed = tmp_path / "resumed"
+    shutil.copytree(plateau_killed, resumed)
+    _finish(_start(tmp_path / "fresh", data_dir, resumed / "steps.jsonl", *PLATEAU,
+                   f"resume={resumed / 'run'}",
+                   env=NEVER if catch_up else {**NEVER, "NO_PLATEAU_CATCH_UP": "1"}))
+    problems = differences(plateau_uninterrupted, resumed)
+    if catch_up:
+        assert problems == []
+    else:
+        assert any(p.startswith("validation curves differ") for p in problems), problems
+
+
 def test_killed_during_a_checkpoint_write_keeps_the_previous_one(
         uninterrupted, data_dir, tmp_path):
     """And resume=auto finds the run: the newest under <log_dir>/train/ with this config's hash."""

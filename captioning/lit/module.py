@@ -62,6 +62,8 @@ class CaptioningModule(pl.LightningModule):
         self.metrics: dict[str, dict] = {}  # stage -> the last scores, unrounded
         self.objective = cfg["training"]["objective"]
         self.scst: SelfCritical | None = None  # training=scst: made in on_fit_start (needs the data)
+        self._plateau_due = False  # a validation's plateau step not yet taken (on_save_checkpoint)
+        self._plateau_due_on_resume: float | None = None  # its score, from the checkpoint resumed
 
     def on_fit_start(self) -> None:
         if self.objective == "scst" and self.scst is None:
@@ -153,9 +155,30 @@ class CaptioningModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["nonfinite_skipped"] = self.nonfinite_skipped
+        # An epoch-end checkpoint is written after the validation and before the plateau rule
+        # steps on its score (Lightning steps plateau schedulers after the checkpoint
+        # callbacks, and not at all when it restarts from such a checkpoint): the score goes
+        # with it, for the resumed run to take the step (_catch_up_plateau).
+        monitor = self.cfg["checkpoint"]["monitor"]
+        if self._plateau_due and monitor in self.trainer.callback_metrics:
+            checkpoint["plateau_due"] = float(self.trainer.callback_metrics[monitor])
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.nonfinite_skipped = checkpoint.get("nonfinite_skipped", 0)
+        self._plateau_due_on_resume = checkpoint.get("plateau_due")
+
+    def lr_scheduler_step(self, scheduler, metric) -> None:
+        super().lr_scheduler_step(scheduler, metric)
+        if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            self._plateau_due = False  # this validation's step is taken
+
+    def _catch_up_plateau(self) -> None:
+        """Resumed from an epoch-end checkpoint: the plateau step its validation called for,
+        taken now, before the next epoch trains, as the uninterrupted run took it."""
+        score, self._plateau_due_on_resume = self._plateau_due_on_resume, None
+        for config in self.trainer.lr_scheduler_configs if score is not None else []:
+            if config.reduce_on_plateau:
+                self.lr_scheduler_step(config.scheduler, score)
 
     def _decode(self, batch: dict, settings: dict) -> list[dict]:
         """Greedy (beam_size 1) or batched beam search; collects words and attention stats and
@@ -243,6 +266,9 @@ class CaptioningModule(pl.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         self._score("val")
+        # a plateau schedule steps on this score after the checkpoints are written
+        self._plateau_due = (self.trainer.state.fn == "fit" and not self.trainer.sanity_checking
+                             and any(c.reduce_on_plateau for c in self.trainer.lr_scheduler_configs))
 
     def on_test_epoch_start(self) -> None:
         # decode.sample: one seeded stream for the whole pass (the same captions every time)
@@ -304,8 +330,10 @@ class CaptioningModule(pl.LightningModule):
         return [{"params": rest}, {"params": tuned, "lr": self.cfg["encoder"]["finetune_lr"]}]
 
     def on_train_start(self) -> None:
-        """A resume with a larger trainer.max_epochs: the restored one-cycle schedule still ends
-        at the old length (stepping past it would fail); re-plan it over the new length."""
+        """A resume from an epoch end: the plateau step that was due (_catch_up_plateau). A
+        resume with a larger trainer.max_epochs: the restored one-cycle schedule still ends at
+        the old length (stepping past it would fail); re-plan it over the new length."""
+        self._catch_up_plateau()
         total = int(self.trainer.estimated_stepping_batches)
         for config in self.trainer.lr_scheduler_configs:
             scheduler = config.scheduler
