@@ -167,7 +167,7 @@ class CaptioningModule(pl.LightningModule):
         self.nonfinite_skipped = checkpoint.get("nonfinite_skipped", 0)
         self._plateau_due_on_resume = checkpoint.get("plateau_due")
 
-    def lr_scheduler_step(self, scheduler, metric) -> None:
+    def lr_scheduler_step(self, scheduler: torch.optim.lr_scheduler.LRScheduler, metric: object) -> None:
         super().lr_scheduler_step(scheduler, metric)
         if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
             self._plateau_due = False  # this validation's step is taken
