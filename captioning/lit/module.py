@@ -176,7 +176,9 @@ class CaptioningModule(pl.LightningModule):
         """Resumed from an epoch-end checkpoint: the plateau step its validation called for,
         taken now, before the next epoch trains, as the uninterrupted run took it."""
         score, self._plateau_due_on_resume = self._plateau_due_on_resume, None
-        for config in self.trainer.lr_scheduler_configs if score is not None else []:
+        if score is None:
+            return
+        for config in self.trainer.lr_scheduler_configs:
             if config.reduce_on_plateau:
                 self.lr_scheduler_step(config.scheduler, score)
 
