@@ -211,3 +211,26 @@ def test_each_store_has_its_own_lock_so_other_stores_build_meanwhile(tmp_path):
         assert same.is_alive() and "same" not in loaded  # waits for this store's lock
     same.join(timeout=300)
     assert "same" in loaded
+
+
+def test_prepare_data_waits_for_a_store_another_process_is_building(tmp_path):
+    """scripts/prepare_data.py beside a training run (or a grid's lane) that is extracting the
+    same store takes the same lock and waits, instead of writing the store too: before the fix
+    both extracted the same rows at half speed each."""
+    import threading
+
+    from captioning.data.dataset_report import data_report
+    from captioning.data.prepare import locate_dataset, preparing
+
+    cache = tmp_path / "cache"
+    cfg = _data_cfg(_dataset(tmp_path / "here"), cache)
+    reports: list[dict] = []
+    with preparing(cache, locate_dataset(cfg, ENC).lock_name()):  # a run is building it
+        report = threading.Thread(target=lambda: reports.append(data_report(cfg, ENC)))
+        report.start()
+        report.join(timeout=3)
+        assert report.is_alive() and not reports
+        assert not list(cache.glob("store_*"))  # not even created: it waits before opening it
+    report.join(timeout=300)
+    assert reports and reports[0]["store"]["rows"] == reports[0]["images"]
+    assert Path(reports[0]["store"]["path"]).is_file()

@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 
 from ..models.attention.position import grid_side
-from .prepare import locate_dataset, read_features
+from .prepare import locate_and_read
 from .vocab import Vocabulary
 
 # Training RAM, measured with scripts/measure_store.py (docs/benchmarks.md, AMX CPU, LSTM,
@@ -18,9 +18,10 @@ RAM_BASE_MB, RAM_PER_IMAGE_KB = 3935, 16.7
 
 
 def data_report(data_cfg: dict, enc_cfg: dict) -> dict:
-    """Fast checks, caption statistics and the vocabulary first; then the store is built
-    (slow: every image is decoded once) and the skipped files are counted by reason."""
-    located = locate_dataset(data_cfg, enc_cfg)
+    """Fast checks, the store built (slow: every image is decoded once; under the same locks as
+    training, so a run beside this one waits for the store instead of writing it too), caption
+    statistics, the vocabulary, and the skipped files counted by reason."""
+    located, features, reasons = locate_and_read(data_cfg, enc_cfg)
     records, problems = located.records, located.file_problems
     splits = Counter(r.split for r in records)
     per_image = np.array([len(r.captions) for r in records])
@@ -40,7 +41,6 @@ def data_report(data_cfg: dict, enc_cfg: dict) -> dict:
         "file_examples": {k: v[:5] for k, v in problems.items() if v},
         "estimated_training_ram_gb": round((RAM_BASE_MB + RAM_PER_IMAGE_KB * len(records) / 1024) / 1024, 1),
     }
-    features, reasons = read_features(located)
     rows, cells, dim = features.shape  # as built: extracted grids, or precomputed regions padded
     side = grid_side(cells) if getattr(features, "counts", None) is None or features.grid else None
     report["store"] = {"grid": f"{side}x{side}" if side else f"up to {cells} regions",

@@ -185,16 +185,24 @@ def preparing(cache_dir: str | Path, name: str = "prepare"):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def load_records_and_features(data_cfg: dict, enc_cfg: dict, training: bool = False):
-    """Records, raw features and reasons (locate_dataset, then read_features), prepared by one
-    process at a time (`preparing`): with a cold cache the first builds, the rest load. The
-    dataset and its store are locked apart: a run of another encoder or image size on the
-    same dataset extracts its own store while this one extracts (a grid's lanes)."""
+def locate_and_read(data_cfg: dict, enc_cfg: dict,
+                    training: bool = False) -> tuple[Located, LazyFeatures, list[str]]:
+    """locate_dataset, then read_features, each by one process at a time (`preparing`): with a
+    cold cache the first builds, the rest wait and load. Every builder of a store comes through
+    here (training, scripts/prepare_data.py), so two never write one store. The dataset and its
+    store are locked apart: a run of another encoder or image size on the same dataset extracts
+    its own store while this one extracts (a grid's lanes)."""
     cache_dir = data_cfg.get("cache_dir") or "data/cache"
     with preparing(cache_dir):
         located = locate_dataset(data_cfg, enc_cfg, training)
     with preparing(cache_dir, located.lock_name()):
-        return (located.records, *read_features(located))
+        return (located, *read_features(located))
+
+
+def load_records_and_features(data_cfg: dict, enc_cfg: dict, training: bool = False):
+    """Records, raw features and per record "" or why it is unusable (locate_and_read)."""
+    located, feats, reasons = locate_and_read(data_cfg, enc_cfg, training)
+    return located.records, feats, reasons
 
 
 def load_features(data_cfg: dict, enc_cfg: dict, training: bool = False) -> PreparedData:
