@@ -31,6 +31,15 @@ NOT_HASHED = (
 # a moved file keeps its runs' hash and an edited one does not.
 CONTENT_HASHED = ("init_from", "encoder.weights_path", "data.json_path", "data.split_file")
 
+# Settings that change what a run computes and were added after runs had been recorded without
+# them: a record that lacks one ran under the value here. A cell is the run of a config only if
+# these agree too (compare/grid.py), so a grid under a new rule never takes an older cell for
+# its own: it trains the cell anew. A new rule adds its key here with the old behaviour's value.
+RULES = {
+    "decoder.paired_init": False,       # shared layers' initial weights independent of the mode
+    "early_stopping.smoothing": 1,      # early stopping on the raw validation score
+}
+
 # Files whose uncommitted changes can change a result (an edited README cannot).
 RESULT_PATHS = ("captioning", "conf", "scripts", "train.py", "pyproject.toml")
 
@@ -106,6 +115,11 @@ def hashed_view(cfg: dict) -> dict:
             holder = get_dotted(view, ".".join(parents)) if parents else view
             holder[last] = file_fingerprint(path)
     return view
+
+
+def with_rules(flat: dict) -> dict:
+    """A flat hashed config (a cell's record) with the RULES it lacks at their old values."""
+    return {**{k: v for k, v in RULES.items() if k not in flat}, **flat}
 
 
 def config_hash(cfg: dict) -> str:

@@ -560,14 +560,16 @@ def _committed(prefix: str = "results/") -> list[str]:
     return ls.stdout.split() if ls.returncode == 0 else []
 
 
-# The experiments whose newest committed report must rebuild (each is its own preset).
-REBUILT = ["cross_modal", "attention_zoo", "convergence"]
+# The experiments whose newest committed report must rebuild: preset -> its results folder
+# (compare.name).
+REBUILT = {"cross_modal": "cross_modal", "attention_zoo": "attention_zoo",
+           "convergence_unpaired": "convergence"}
 # The benchmark ratios: the committed report.json's own, unless the preset names its committed
 # source (compare.throughput_from: convergence reads results/convergence/throughput.json).
-OWN_THROUGHPUT = {"convergence"}
+OWN_THROUGHPUT = {"convergence_unpaired"}
 
 
-@pytest.mark.parametrize("experiment", REBUILT)
+@pytest.mark.parametrize("experiment", sorted(REBUILT))
 def test_the_committed_report_rebuilds_from_committed_files(experiment, tmp_path):
     """Acceptance of the comparison: the newest committed report.md of each experiment is
     rebuilt byte for byte by report-only mode from what a fresh clone has (the committed cells'
@@ -579,7 +581,8 @@ def test_the_committed_report_rebuilds_from_committed_files(experiment, tmp_path
 
     repo = Path(__file__).resolve().parents[1]
     files = _committed()
-    reports = sorted(f for f in files if f.startswith(f"results/{experiment}/") and f.endswith("/report.md")
+    folder = REBUILT[experiment]
+    reports = sorted(f for f in files if f.startswith(f"results/{folder}/") and f.endswith("/report.md")
                      and "/sweep_" not in f)  # a sweep's own report is part of its grid's
     if not reports:
         pytest.skip("no committed report (or not a git checkout)")
@@ -596,7 +599,7 @@ def test_the_committed_report_rebuilds_from_committed_files(experiment, tmp_path
            else [f"compare.throughput_from={committed.parent / 'report.json'}"]),
         cwd=repo, env=env, capture_output=True, text=True, timeout=1800)
     assert out.returncode == 0, out.stderr[-3000:]
-    rebuilt = sorted((tmp_path / "results" / experiment).glob("*/report.md"))
+    rebuilt = sorted((tmp_path / "results" / folder).glob("*/report.md"))
     assert len(rebuilt) == 1 and rebuilt[0].read_text() == committed.read_text()
 
 
@@ -604,7 +607,7 @@ def test_every_committed_report_is_rebuilt_by_the_suite():
     """A new experiment's committed report joins REBUILT (else nothing checks that it rebuilds)."""
     have = {f.split("/")[1] for f in _committed() if f.endswith("/report.md") and "/cells/" not in f}
     # cross_modal_quick: an example output (its cells are not committed; docs cite its wall time)
-    assert have <= set(REBUILT) | {"cross_modal_quick"}, sorted(have - set(REBUILT))
+    assert have <= set(REBUILT.values()) | {"cross_modal_quick"}, sorted(have - set(REBUILT.values()))
 
 
 def test_a_gallery_of_cells_trains_again_only_the_ones_without_a_checkpoint(tmp_path, monkeypatch):
@@ -670,19 +673,45 @@ def _real_compose(experiment: str):
     return make
 
 
-def test_a_cell_at_its_chosen_rate_is_the_sweep_cell_at_that_rate(tmp_path):
-    """The sweep's seed-0 cell at the chosen rate is the convergence grid's seed 0 (one hash),
-    and the rate is the only difference the sweep makes."""
+def test_the_sweep_holds_out_its_seeds_and_differs_from_the_grid_only_by_seed_and_rate(tmp_path):
+    """experiment=convergence_sweep trains at seeds no cell of experiment=convergence uses (a
+    rate is never chosen on a seed whose test score the report quotes); a sweep cell at the
+    grid's seed would be the grid's cell (one hash): rate and seed are all the sweep changes."""
     sweep_compose, grid_compose = _real_compose("convergence_sweep"), _real_compose("convergence")
-    dims = OmegaConf.to_container(sweep_compose([]).compare.dim_settings)
+    sweep_spec, grid_spec = sweep_compose([]).compare, grid_compose([]).compare
+    assert set(sweep_spec.seeds).isdisjoint(grid_spec.seeds) and len(sweep_spec.seeds) == 2
+    dims = OmegaConf.to_container(sweep_spec.dim_settings)
     sweep = GridRunner(sweep_compose, [], tmp_path, dims)
     grid = GridRunner(grid_compose, [], tmp_path, dims)
     chosen = Cell("lstm", "matched", "dot", 0, 1e-2)
     assert grid.config(chosen)[1] == sweep.config(chosen)[1]
     assert grid.config(chosen)[1] != grid.config(Cell("lstm", "matched", "dot", 0, 1e-3))[1]
+    assert grid.config(chosen)[1] != grid.config(Cell("lstm", "matched", "dot", 5, 1e-2))[1]
     cfg = grid.config(chosen)[0]
     assert cfg.optim.optimizer.lr == 1e-2 and cfg.trainer.num_threads == 1
     assert cfg.optim.scheduler._target_.endswith("WarmupPlateau") and cfg.early_stopping.patience
+    assert cfg.decoder.paired_init and cfg.early_stopping.smoothing == 3
+
+
+def test_a_grid_whose_seeds_meet_its_held_out_sweep_is_refused():
+    from captioning.compare.run import _check_conditions
+    from captioning.errors import UserError
+
+    spec = completed(OmegaConf.to_container(_real_compose("convergence")([]).compare, resolve=True),
+                     Compare, "compare.")
+    _check_conditions(spec)
+    with pytest.raises(UserError, match=r"share seed\(s\) \[5\]"):
+        _check_conditions({**spec, "seeds": [0, 5]})
+    _check_conditions({**spec, "seeds": [0, 5], "sweep": {**spec["sweep"], "held_out": False}})
+
+
+def test_general_is_in_the_convergence_grid_at_512_d_only():
+    """The learned-projection control: q^T W k at equal widths, beside dot's projection at 2048-d."""
+    spec = completed(OmegaConf.to_container(_real_compose("convergence")([]).compare, resolve=True),
+                     Compare, "compare.")
+    cells = expand_grid(spec)
+    assert {c.dims for c in cells if c.attention == "general"} == {"matched"}
+    assert {c.seed for c in cells if c.attention == "general"} == {0, 1, 2, 3, 4}
 
 
 def test_the_shipped_sweep_covers_a_condition_whose_rate_depends_on_the_width():
@@ -696,10 +725,11 @@ def test_the_shipped_sweep_covers_a_condition_whose_rate_depends_on_the_width():
         cfg = _real_compose(experiment)([]).compare
         return completed(OmegaConf.to_container(cfg, resolve=True), Compare, "compare.")
 
-    swept = {(c.decoder, c.attention) for c in expand_grid(spec("convergence_sweep"))
+    old = spec("convergence_unpaired")
+    swept = {(c.decoder, c.attention) for c in expand_grid({**old, **old["sweep"]})
              if c.dims == "native512"}
     assert swept == {("lstm", "scaled_dot")}
-    grid = spec("convergence")
+    grid = old
     cells = at_chosen_rates(grid, expand_grid(grid))
     native = {(c.attention, c.lr) for c in cells if c.decoder == "lstm" and c.dims == "native512"}
     assert native == {("additive", 3e-3), ("dot", 1e-3), ("scaled_dot", 1e-3)}
@@ -714,7 +744,7 @@ def test_a_report_composes_cells_that_differ_in_seed_and_rate_once(tmp_path):
     """Report queries share one composition across seeds and rates (composing is most of a
     rebuild's time); every cell's directory (its config hash) is the one composing it alone
     gives, the one its training uses."""
-    compose = _real_compose("convergence")
+    compose = _real_compose("convergence_unpaired")
     calls = []
     dims = OmegaConf.to_container(compose([]).compare.dim_settings)
     runner = GridRunner(lambda o: calls.append(o) or compose(o), ["trainer.max_epochs=3"], tmp_path, dims)

@@ -100,3 +100,33 @@ def test_early_stopping_ends_a_run_that_stopped_improving(tiny_cfg):
 def test_num_threads_is_set_and_recorded(converged):
     results, _ = converged
     assert results["threads"] == 1
+
+
+def test_the_smoothed_monitor_is_the_mean_of_the_last_validations():
+    """early_stopping.smoothing=3: each validation's entry holds the mean of the monitor over the
+    last three (fewer at the start), and early stopping reads it from the trainer's metrics."""
+    from types import SimpleNamespace
+
+    from captioning.lit.curve import ValidationCurve
+
+    curve = ValidationCurve("val/bleu4", smoothing=3)
+    trainer = SimpleNamespace(sanity_checking=False, global_step=0, optimizers=[], callback_metrics={})
+    module = SimpleNamespace(metrics={})
+    for epoch, score in enumerate([0.1, 0.4, 0.1, 0.7]):
+        trainer.current_epoch, module.metrics = epoch, {"val": {"val/bleu4": score}}
+        curve.on_validation_end(trainer, module)
+    assert [round(e["val/bleu4_smooth"], 6) for e in curve.curve] == [0.1, 0.25, 0.2, 0.4]
+    assert float(trainer.callback_metrics["val/bleu4_smooth"]) == pytest.approx(0.4)
+    raw = ValidationCurve("val/bleu4")  # smoothing 1: the raw score only
+    raw.on_validation_end(trainer, module)
+    assert "val/bleu4_smooth" not in raw.curve[0]
+
+
+def test_early_stopping_on_the_smoothed_curve_ends_a_flat_run(tiny_cfg):
+    """The smoothed monitor reaches early stopping in a real run: a flat curve stops after
+    `patience` validations without a new smoothed best, and the curve records the means."""
+    results = train(tiny_cfg("early_stopping.patience=1", "early_stopping.smoothing=2",
+                             "trainer.max_epochs=6", "optim.optimizer.lr=1e-12", "schedule=constant",
+                             "decode.beam_size=1"))
+    assert results["stopped_early_after"] == 2 and results["best_epoch"] == 1
+    assert all("val/bleu4_smooth" in e for e in results["val_curve"])

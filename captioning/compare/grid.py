@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from ..checkpoint import checkpoint_config, read_checkpoint
 from ..lit.training import train
 from ..models.captioner import resolved_attention
-from ..provenance import config_hash, cpu_kind, flatten, hashed_view
+from ..provenance import config_hash, cpu_kind, flatten, hashed_view, with_rules
 from .lock import LOCK, CellLock
 
 log = logging.getLogger(__name__)
@@ -221,15 +221,18 @@ class GridRunner:
                             - set(finished))
             for cell in finished + killed:
                 view = cell_config(cell)
-                if view is not None:
-                    self._legacy[cell] = flatten(view)
+                if view is not None:  # a rule it predates is its old value (provenance.RULES)
+                    self._legacy[cell] = with_rules(flatten(view))
         return self._legacy
 
     def _adopt_legacy(self, plain: dict, out: Path, rename: bool = True) -> Path | None:
         """Rename a legacy cell (here or in a shared root, where it stays) to today's hash when
         it is this config's run: every key it has equals this config's (keys added to the
         config since it ran are taken to keep their old behaviour, as every new key must by
-        default). With rename=False the cell is found, not renamed. -> its directory, or None."""
+        default, except provenance.RULES: those must equal the cell's recorded or old value, so
+        a config under a new rule never adopts a cell of the old one). Renamed, its cell.json
+        becomes this config's record, so it still hashes to its name. With rename=False the cell
+        is found, not renamed. -> its directory, or None."""
         want = flatten(hashed_view(plain))
         # A content-hashed file absent here (a fresh clone has no trained-encoder weights file)
         # cannot be compared: such a cell is matched on the rest and used, never renamed.
@@ -255,6 +258,9 @@ class GridRunner:
             new = cell.parent / out.name
             try:
                 cell.rename(new)  # the flock is on the open file, so it holds across the rename
+                # its record is now this config's: cell.json hashes to the cell's name again
+                (new / CELL_CONFIG).write_text(json.dumps(hashed_view(plain), indent=1,
+                                                          sort_keys=True, default=str))
             finally:
                 lock.release()
             # Its reruns (the reproducibility check, the gallery's) follow it under the new name.

@@ -129,12 +129,19 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
 
 def _check_conditions(spec: dict) -> None:
     """compare.interactions and compare.same_features name conditions of compare.dim_settings
-    (a typo would silently drop a table of the report), before any cell trains."""
+    (a typo would silently drop a table of the report), and a held-out sweep's seeds are none of
+    the grid's, before any cell trains."""
     known = set(spec["dim_settings"])
     for i, pair in enumerate(spec["interactions"]):
         if not isinstance(pair, list | tuple) or len(pair) != 2 or not set(pair) <= known:
             raise UserError(f"compare.interactions[{i}]={pair}: give two conditions of compare."
                             f"dim_settings ({', '.join(sorted(known))}), e.g. [mismatched_whitened, matched]")
+    sweep = spec["sweep"] or {}
+    if not spec["lrs"] and sweep.get("held_out") and (shared := sorted(
+            set(sweep.get("seeds") or []) & set(spec["seeds"]))):
+        raise UserError(f"compare.sweep.seeds and compare.seeds share seed(s) {shared}: a held-out "
+                        "sweep (compare.sweep.held_out=true) chooses rates on seeds whose test "
+                        "scores no grid cell reports; give the sweep other seeds")
     for dims, base in spec["same_features"].items():
         if not {dims, base} <= known or dims == base:
             raise UserError(f"compare.same_features.{dims}={base}: both must be conditions of "

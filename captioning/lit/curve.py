@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytorch_lightning as pl
+import torch
 from pytorch_lightning.callbacks import Callback
 
 # The validation scores a curve keeps (of those the module computes: module._score).
@@ -18,8 +19,15 @@ class ValidationCurve(Callback):
     group and the CURVE_KEYS scores of val/*, as computed (float64). Saved in every checkpoint,
     so a resumed run's curve continues the killed run's."""
 
-    def __init__(self) -> None:
+    def __init__(self, monitor: str = "val/bleu4", smoothing: int = 1) -> None:
         self.curve: list[dict] = []
+        # smoothing > 1: each entry also holds the mean of the monitor over the last `smoothing`
+        # validations (<monitor>_smooth), put where early stopping reads its monitor
+        self.monitor, self.smoothing = monitor, smoothing
+
+    @property
+    def smoothed_name(self) -> str:
+        return f"{self.monitor}_smooth"
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # after the module's on_validation_epoch_end has scored the epoch (callbacks run first)
@@ -30,6 +38,11 @@ class ValidationCurve(Callback):
                  "lr": trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else None}
         entry.update({f"val/{k}": scores[f"val/{k}"] for k in CURVE_KEYS if f"val/{k}" in scores})
         self.curve = [e for e in self.curve if e["epoch"] != entry["epoch"]] + [entry]
+        if self.smoothing > 1 and self.monitor in entry:
+            recent = [e[self.monitor] for e in self.curve if self.monitor in e][-self.smoothing:]
+            entry[self.smoothed_name] = sum(recent) / len(recent)
+            # early stopping (after this callback) reads trainer.callback_metrics at this epoch's end
+            trainer.callback_metrics[self.smoothed_name] = torch.tensor(entry[self.smoothed_name])
 
     def best(self, monitor: str, mode: str) -> dict | None:
         """The entry with the best `monitor` score (the earliest of equal ones), or None."""

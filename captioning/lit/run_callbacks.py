@@ -1,6 +1,7 @@
 """The callbacks a training run is built with, from its config: the checkpoint policy, the
 random-state saver, throughput and media, the epoch line, the validation curve and epoch
-snapshots, the learning-rate monitor (with a logger), early stopping (`early_stopping.patience`)
+snapshots, the learning-rate monitor (with a logger), early stopping (`early_stopping.patience`,
+on a smoothed curve with `early_stopping.smoothing`)
 and the user's own (the `callbacks` group, after ours); and what they tell about the run's
 course once it is fitted."""
 
@@ -36,7 +37,8 @@ class RunCallbacks:
         checkpoints = checkpoint_callbacks(out, plain)
         best = checkpoints[0]
         throughput, media = Throughput(), ValidationMedia(**plain["media"])
-        curve = ValidationCurve()
+        stop = plain.get("early_stopping") or {}
+        curve = ValidationCurve(best.monitor, stop.get("smoothing") or 1)
         snapshot_epochs = list((plain.get("checkpoint") or {}).get("snapshot_epochs") or [])
         clock = ComputeClock(cpu_start)
         callbacks = [*checkpoints, RNGState(), throughput, media, EpochLine(best), curve,
@@ -46,9 +48,12 @@ class RunCallbacks:
         # The callbacks group (conf/callbacks/): the user's own, after ours; null entries are off.
         callbacks += [hydra.utils.instantiate(spec) for spec in (plain.get("callbacks") or {}).values()
                       if spec]
-        stop, early = plain.get("early_stopping") or {}, None
+        early = None
         if stop.get("patience") is not None:
-            early = EarlyStopping(monitor=best.monitor, mode=best.mode, patience=stop["patience"],
+            # on the smoothed curve where asked: one lucky or unlucky validation neither ends a
+            # run nor keeps it going; best.ckpt is still the best single validation
+            monitor = curve.smoothed_name if curve.smoothing > 1 else best.monitor
+            early = EarlyStopping(monitor=monitor, mode=best.mode, patience=stop["patience"],
                                   min_delta=stop["min_delta"])
             callbacks.append(early)
         return cls(best, throughput, media, curve, snapshot_epochs, early, clock, callbacks)

@@ -18,6 +18,9 @@ class LSTM:
     dropout: float = setting(0.3, between(0, 1, high_open=True))
     gate: bool = True
     prepare_once: bool = True   # false: the naive baseline (keys/values re-projected every step)
+    # true: at one seed every mode starts its shared layers from the same weights (only the
+    # attention's own differ); false: the attention's draws shift every later layer's start
+    paired_init: bool = True
 
 
 @dataclass
@@ -39,6 +42,7 @@ class Transformer:
     use_cache: bool = True      # false re-runs the whole prefix at every decoding step (reference path)
     length_buckets: int = setting(3, at_least(1))  # training: captions in <= 3 length groups (less padding)
     prepare_once: bool = True   # false: the naive baseline (cross-attention keys re-projected every call)
+    paired_init: bool = True    # as the LSTM's: shared layers start alike in every mode at one seed
 
 
 DECODER = {"lstm": LSTM, "transformer": Transformer}

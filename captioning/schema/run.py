@@ -143,6 +143,10 @@ class EarlyStopping:
 
     patience: int | None = setting(None, at_least(0))
     min_delta: float = setting(0.0, at_least(0))
+    # The monitor averaged over the last N validations before it is compared (1: the raw score).
+    # A noisy validation score (greedy BLEU-4 on a few hundred images) then neither stops a run
+    # whose curve still rises nor prolongs one that has flattened.
+    smoothing: int = setting(1, at_least(1))
 
 
 @dataclass

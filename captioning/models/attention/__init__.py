@@ -24,11 +24,13 @@ from .base import (
     cross_attention_modules,
     doubly_stochastic_penalty,
     masked_softmax,
+    own_init_stream,
     placed,
 )
 
 __all__ = [
     "ATTENTION_STATS", "ATTENTIONS", "CrossAttention", "Prepared", "attention_stats",
     "attention_step_stats", "build_attention",
-    "cross_attention_modules", "doubly_stochastic_penalty", "masked_softmax", "placed", "sentinel_weight",
+    "cross_attention_modules", "doubly_stochastic_penalty", "masked_softmax", "own_init_stream",
+    "placed", "sentinel_weight",
 ]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 
 import torch
@@ -172,6 +173,27 @@ def build_attention(
 ) -> CrossAttention:
     """Build a registered attention module; unknown names list the valid ones."""
     return ATTENTIONS[name](query_dim, key_dim, value_dim, **cfg)
+
+
+@contextmanager
+def own_init_stream(enabled: bool = True) -> Iterator[None]:
+    """Build the attention module inside this, and the layers built after it get the same initial
+    weights whatever the mode: one seed is drawn from the global CPU generator (one draw for
+    every mode), the module's own initialisation runs on a stream seeded by it, and the global
+    state is then put back to just after that draw. Without it, a mode with more parameters
+    draws more numbers and every later layer starts elsewhere, so two modes compared "at one
+    seed" would differ in their shared layers too. enabled=False: the old build (a decoder's
+    `paired_init=false`, for runs recorded under it)."""
+    if not enabled or torch.get_default_device().type == "meta":  # a shape check draws nothing
+        yield
+        return
+    seed = int(torch.randint(0, 2**62, (1,), device="cpu").item())  # CPU whatever the default device
+    state = torch.get_rng_state()
+    torch.default_generator.manual_seed(seed)  # the CPU generator only: CUDA's stays as it is
+    try:
+        yield
+    finally:
+        torch.set_rng_state(state)
 
 
 def cross_attention_modules(model: nn.Module) -> list[CrossAttention]:

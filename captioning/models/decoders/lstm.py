@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from ..attention import Prepared, build_attention, placed
+from ..attention import Prepared, build_attention, own_init_stream, placed
 from ..precision import to_autocast_dtype
 from .steps import StepLinear
 
@@ -40,6 +40,7 @@ class LSTMDecoder(nn.Module):
         dropout: float = 0.3,
         gate: bool = True,
         prepare_once: bool = True,
+        paired_init: bool = True,
     ) -> None:
         super().__init__()
         # False = the naive baseline (tutorial style): keys and values are projected again at
@@ -50,9 +51,12 @@ class LSTMDecoder(nn.Module):
             attention.setdefault("input_dim", embed_dim)
         self.embed = nn.Embedding(vocab_size, embed_dim)
         self.value_proj = nn.Linear(feature_dim, value_dim)
-        self.attention = build_attention(
-            attention.pop("name"), hidden_dim, feature_dim, value_dim, **attention
-        )
+        # paired_init: every layer but the attention starts from the same weights in every mode
+        # at one seed (attention/base.py: own_init_stream), so modes differ only in the attention.
+        with own_init_stream(paired_init):
+            self.attention = build_attention(
+                attention.pop("name"), hidden_dim, feature_dim, value_dim, **attention
+            )
         self.init_h = nn.Linear(feature_dim, hidden_dim)
         self.init_c = nn.Linear(feature_dim, hidden_dim)
         self.gate = nn.Linear(hidden_dim, value_dim) if gate else None

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention import Prepared, build_attention, placed
+from ..attention import Prepared, build_attention, own_init_stream, placed
 
 
 @dataclass
@@ -55,7 +55,7 @@ class SelfAttention(nn.Module):
 
 class DecoderLayer(nn.Module):
     def __init__(self, d_model: int, num_heads: int, ff_dim: int, dropout: float,
-                 key_dim: int, attention: dict) -> None:
+                 key_dim: int, attention: dict, paired_init: bool = True) -> None:
         super().__init__()
         attention = dict(attention)
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
@@ -63,7 +63,8 @@ class DecoderLayer(nn.Module):
         # Values are projected to d_model once per image; keys stay at their own width so the
         # attention module itself handles Dq != Dk.
         self.value_proj = nn.Linear(key_dim, d_model)
-        self.cross = build_attention(attention.pop("name"), d_model, key_dim, d_model, **attention)
+        with own_init_stream(paired_init):  # the layers after it start alike in every mode
+            self.cross = build_attention(attention.pop("name"), d_model, key_dim, d_model, **attention)
         self.mlp = nn.Sequential(
             nn.Linear(d_model, ff_dim), nn.GELU(), nn.Linear(ff_dim, d_model), nn.Dropout(dropout)
         )
@@ -103,6 +104,7 @@ class TransformerDecoder(nn.Module):
         use_cache: bool = True,
         length_buckets: int = 3,
         prepare_once: bool = True,
+        paired_init: bool = True,
     ) -> None:
         super().__init__()
         if d_model % num_heads:
@@ -128,7 +130,7 @@ class TransformerDecoder(nn.Module):
         self.feature_proj = nn.Linear(feature_dim, d_model) if project_features else None
         key_dim = d_model if project_features else feature_dim
         self.layers = nn.ModuleList(
-            DecoderLayer(d_model, num_heads, ff_dim, dropout, key_dim, attention)
+            DecoderLayer(d_model, num_heads, ff_dim, dropout, key_dim, attention, paired_init)
             for _ in range(num_layers)
         )
         self.norm = nn.LayerNorm(d_model)

@@ -1,0 +1,131 @@
+"""The verdict's sentences, made from a convergence report's numbers by one rule, so that no
+sentence claims more than its interval supports:
+
+- a difference is claimed only where its 95% interval over seeds excludes zero;
+- where only the interval over test images does, the sentence says "on these trained models"
+  (that interval holds the trained models fixed: another set of seeds may differ);
+- otherwise the two are "not distinguishable (within ±x)", x the larger end of the seed interval.
+
+The sentences stand in README.md and docs between `<!-- verdict:NAME -->` and
+`<!-- /verdict:NAME -->`; `python -m captioning.compare.verdict` writes them from the newest
+committed report, and tests/test_verdict_sentences.py checks them byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FILES = ("README.md", "docs/summary.md", "docs/comparison.md")
+BEST = "best"
+
+
+def _seed_ci(d: dict) -> tuple[float, float]:
+    return d["ci"]["lo"], d["ci"]["hi"]
+
+
+def judged(d: dict, what: str) -> str:
+    """One difference `what` ("additive − dot") at convergence, stated by the rule."""
+    (lo, hi), (blo, bhi) = _seed_ci(d), d["boot"]
+    mean = d["ci"]["mean"]
+    seeds = f"[{lo:+.3f}, {hi:+.3f}] over {d['seeds']} seeds"
+    if not math.isnan(lo) and (lo > 0 or hi < 0):
+        return f"{what} is {mean:+.3f} ({seeds})"
+    if blo > 0 or bhi < 0:
+        return (f"{what} is {mean:+.3f} on these trained models (images [{blo:+.3f}, {bhi:+.3f}]; "
+                f"seeds {seeds.split(' over ')[0]} span zero)")
+    within = max(abs(lo), abs(hi)) if not math.isnan(lo) else float("nan")
+    return f"{what} is not distinguishable from zero (within ±{within:.3f}, {d['seeds']} seeds)"
+
+
+def detectable(report: dict) -> float | None:
+    """The smallest paired difference 5 seeds resolve, from the seeds' spread: the half-width of
+    the seed interval of the headline gaps (the LSTM's additive − dot and − scaled dot at each
+    width, at convergence), their median."""
+    widths = sorted((g["stages"][BEST]["ci"]["hi"] - g["stages"][BEST]["ci"]["lo"]) / 2
+                    for g in report["gaps"] if g["decoder"] == "lstm" and g["stages"].get(BEST)
+                    and len(g["seeds"]) >= 5)
+    return widths[len(widths) // 2] if widths else None
+
+
+NAMES = {"matched": "512-d (the top 512 components)", "mismatched_whitened": "2048-d (all of them)",
+         "native512": "a ResNet-18's own 512 channels", "grid7": "a 7x7 grid of 2048-d keys",
+         "query_projected": "2048-d with the query projected up instead of the keys down"}
+
+
+def sentences(report: dict) -> list[str]:
+    """The verdict at convergence: per condition the LSTM's contrasts, each interaction, the
+    Transformer's contrasts, and what the seeds can detect; every difference by `judged`."""
+    out = []
+    by_dims: dict[tuple[str, str], list[str]] = {}
+    for g in report["gaps"]:
+        d = g["stages"].get(BEST)
+        if d is None:
+            continue
+        what = (f"{g['a']} − {g['b']}" if g["a"] != g["b"]
+                else f"{g['a']} − {g['b']} on {g['b_dims']}'s key projection")
+        by_dims.setdefault((g["decoder"], g["dims"]), []).append(judged(d, what))
+    for (decoder, dims), parts in by_dims.items():
+        who = "the LSTM" if decoder == "lstm" else f"the {decoder.capitalize()}"
+        out.append(f"At {NAMES.get(dims, dims)}, {who}'s BLEU-4 " + "; ".join(parts) + ".")
+    for i in report["interactions"]:
+        d = i["stages"].get(BEST)
+        if d is not None:
+            first, second = i["conditions"]
+            out.append(f"How {first} rather than {second} changes {i['a']} − {i['b']} "
+                       f"({i['decoder']}): " + judged(d, "the change") + ".")
+    if (x := detectable(report)) is not None:
+        out.append(f"With 5 seeds a paired difference smaller than about ±{x:.3f} BLEU-4 cannot be "
+                   "told from zero (the median half-width of the 5-seed intervals).")
+    return out
+
+
+def block(report: dict, link: str) -> str:
+    """What stands between the markers: the sentences and the report they come from."""
+    return "\n".join(f"- {s}" for s in sentences(report)) + (
+        f"\n\nGenerated from [the report]({link}) by `python -m captioning.compare.verdict`: a "
+        "difference is claimed only where its 95% interval over seeds excludes zero; \"on these "
+        "trained models\": only the interval over test images does.")
+
+
+MARK = re.compile(r"(<!-- verdict:convergence -->)(.*?)(<!-- /verdict:convergence -->)", re.S)
+
+
+def newest_report(root: Path = ROOT) -> Path | None:
+    ls = subprocess.run(["git", "ls-files", "results/convergence/*/report.json"], cwd=root,
+                        capture_output=True, text=True)
+    found = sorted(f for f in ls.stdout.split() if "/cells/" not in f and "/sweep_" not in f)
+    return root / found[-1] if found else None
+
+
+def rendered(text: str, report: dict, link: str) -> str:
+    """`text` with every verdict block replaced by the sentences of `report`."""
+    return MARK.sub(lambda m: m.group(1) + "\n" + block(report, link) + "\n" + m.group(3), text)
+
+
+def main() -> int:
+    path = newest_report()
+    if path is None:
+        print("no committed convergence report", file=sys.stderr)
+        return 1
+    report = json.loads(path.read_text())
+    for name in FILES:
+        file = ROOT / name
+        link = str(path.parent.relative_to(ROOT) / "report.md")
+        if name.startswith("docs/"):
+            link = "../" + link
+        text = file.read_text()
+        new = rendered(text, report, link)
+        if new != text:
+            file.write_text(new)
+            print(f"{name}: verdict rewritten")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
