@@ -136,9 +136,9 @@ def _check_conditions(spec: dict) -> None:
         if not isinstance(pair, list | tuple) or len(pair) != 2 or not set(pair) <= known:
             raise UserError(f"compare.interactions[{i}]={pair}: give two conditions of compare."
                             f"dim_settings ({', '.join(sorted(known))}), e.g. [mismatched_whitened, matched]")
-    sweep = spec["sweep"] or {}
-    if not spec["lrs"] and sweep.get("held_out") and (shared := sorted(
-            set(sweep.get("seeds") or []) & set(spec["seeds"]))):
+    sweep = spec.get("sweep") or {}
+    if not spec.get("lrs") and sweep.get("held_out") and (shared := sorted(
+            set(sweep.get("seeds") or []) & set(spec.get("seeds") or []))):
         raise UserError(f"compare.sweep.seeds and compare.seeds share seed(s) {shared}: a held-out "
                         "sweep (compare.sweep.held_out=true) chooses rates on seeds whose test "
                         "scores no grid cell reports; give the sweep other seeds")

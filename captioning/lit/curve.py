@@ -42,7 +42,8 @@ class ValidationCurve(Callback):
             recent = [e[self.monitor] for e in self.curve if self.monitor in e][-self.smoothing:]
             entry[self.smoothed_name] = sum(recent) / len(recent)
             # early stopping (after this callback) reads trainer.callback_metrics at this epoch's end
-            trainer.callback_metrics[self.smoothed_name] = torch.tensor(entry[self.smoothed_name])
+            trainer.callback_metrics[self.smoothed_name] = torch.tensor(
+                entry[self.smoothed_name], device=getattr(pl_module, "device", None))
 
     def best(self, monitor: str, mode: str) -> dict | None:
         """The entry with the best `monitor` score (the earliest of equal ones), or None."""
