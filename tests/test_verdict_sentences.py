@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
@@ -63,3 +64,64 @@ def test_the_detectable_difference_comes_from_the_seeds_spread(report):
     halves = [(g["stages"]["best"]["ci"]["hi"] - g["stages"]["best"]["ci"]["lo"]) / 2
               for g in data["gaps"] if g["decoder"] == "lstm" and len(g["seeds"]) >= 5]
     assert min(halves) <= x <= max(halves)
+
+
+# The modes the study compares, as prose names them ("scaled dot", `general`); the registry's
+# other names double as English words ("local", "linear") and are not the verdict's subject.
+MODE = re.compile(r"\b(?:un)?scaled[ _]dot\b|\bgated_mixed\b|\badditive\b|\bdot\b|\bmixed\b|`general`", re.I)
+# a measured figure: a score or difference with two or more decimals, or a signed or decimal
+# percentage (not the "95%" of an interval)
+FIGURE = re.compile(r"\d\.\d{2,}|[+−-]\d+(?:\.\d+)?\s?%|\d\.\d\s?%")
+
+
+def prose_claims(text: str) -> list[str]:
+    """Paragraphs outside the verdict blocks, tables and code that name two of the compared modes
+    and state a measured figure: each one a measured difference between modes in a sentence
+    that no rule generated."""
+    text = verdict.MARK.sub("", text)
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    found = []
+    # a paragraph, or one item of a list
+    for para in re.split(r"\n\s*\n|\n(?=\s*(?:[-*]|\d+\.) )", text):
+        lines = [ln for ln in para.splitlines() if not ln.lstrip().startswith("|")]
+        body = " ".join(lines)
+        modes = {m.group(0).strip("`").lower().replace("_", " ").removeprefix("un")
+                 for m in MODE.finditer(body)}
+        if len(modes) >= 2 and FIGURE.search(body):
+            found.append(body[:160])
+    return found
+
+
+@pytest.mark.parametrize("name", verdict.FILES)
+def test_no_sentence_outside_the_markers_states_a_difference(name):
+    """Outside the generated blocks a measured difference between modes stands only in a table
+    (the tables are checked number by number against their report.json)."""
+    claims = prose_claims((verdict.ROOT / name).read_text())
+    assert not claims, f"{name}: measured differences in prose (put them in a report):\n" + "\n".join(claims)
+
+
+@pytest.mark.parametrize("name", verdict.FILES)
+def test_a_planted_prose_claim_outside_the_markers_fails(name):
+    text = (verdict.ROOT / name).read_text()
+    planted = text + "\n\nAt 2048-d additive beats dot by 0.016 BLEU-4.\n"
+    assert prose_claims(planted) == prose_claims(text) + ["At 2048-d additive beats dot by 0.016 BLEU-4."]
+    assert prose_claims(text + "\n\nAdditive is ahead of scaled dot by 2.5 % at 512-d.\n")
+
+
+def test_cider_stands_beside_bleu_by_the_seed_rule(report):
+    """The report's CIDEr-D gap is the paired difference of the rows' CIDEr-D (same seeds), and
+    the sentence states it by the seed interval alone."""
+    data, _ = report
+    rows = {(r["decoder"], r["dims"], r["attention"]): r for r in data["rows"]}
+    checked = 0
+    for g in data["gaps"]:
+        a, b = rows.get((g["decoder"], g["a_dims"], g["a"])), rows.get((g["decoder"], g["b_dims"], g["b"]))
+        ci = g["stages"]["best"]["cider"]
+        if a and b and a["seeds"] == b["seeds"] == g["seeds"]:
+            assert math.isclose(ci["mean"], a["cider"]["mean"] - b["cider"]["mean"], abs_tol=1e-9)
+            checked += 1
+    assert checked >= 4
+    d = _diff(0.01, (-0.01, 0.03), (-0.01, 0.02)) | {"cider": {"mean": 0.2, "lo": 0.1, "hi": 0.3}}
+    assert verdict.judged(d, "a − b").endswith(", in CIDEr-D +0.200 ([+0.100, +0.300])")
+    d["cider"] = {"mean": 0.02, "lo": -0.1, "hi": 0.14}
+    assert verdict.judged(d, "a − b").endswith(", in CIDEr-D not distinguishable (within ±0.140)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -31,10 +32,10 @@ class Cells:
         self.results = {c: json.loads((d / "results.json").read_text()) for c, d in dirs.items()}
         self._stats: dict[tuple[Path, str], np.ndarray | None] = {}
 
-    def score(self, cell: Cell, stage: str) -> float | None:
+    def score(self, cell: Cell, stage: str, metric: str = "test/bleu4") -> float | None:
         res = self.results[cell]
         scores = res if stage == BEST else res.get("at_epoch", {}).get(stage, {})
-        return scores.get("test/bleu4")
+        return scores.get(metric)
 
     def per_image(self, cell: Cell, stage: str) -> np.ndarray | None:
         """(M, 10) BLEU statistics of the stage's test captions, rows = sorted image ids."""
@@ -91,8 +92,15 @@ def _paired(cells: Cells, pairs: list[tuple[list[Cell], list[int]]], stage: str,
         draws.append(sum(sign * bootstrap_bleu([s], samples) for sign, s in zip(signs, stats)))
     if not per_seed:
         return None
+    # CIDEr-D beside BLEU-4: over seeds only (its IDF is the whole test set's, so an image
+    # resample would need the scorer per draw)
+    cider = [[cells.score(c, stage, "test/cider") for c in group] for group, _ in pairs]
+    cider_ci = None
+    if all(x is not None for xs in cider for x in xs):
+        cider_ci = t_interval([sum(sign * x for sign, x in zip(signs, xs))
+                               for xs, (_, signs) in zip(cider, pairs)])
     return {"seeds": len(per_seed), "per_seed": per_seed, "ci": t_interval(per_seed),
-            "boot": percentile_interval(np.mean(draws, axis=0))}
+            "boot": percentile_interval(np.mean(draws, axis=0)), "cider": cider_ci}
 
 
 def convergence_report(dirs: dict[Cell, Path], references: dict, spec: dict,
@@ -110,6 +118,7 @@ def convergence_report(dirs: dict[Cell, Path], references: dict, spec: dict,
             "decoder": decoder, "dims": dims, "attention": mode, "seeds": sorted(by_seed),
             "lr": sorted({c.lr or _peak_lr(dirs[c]) for c in by_seed.values()}),
             "bleu4": t_interval([r["test/bleu4"] for r in res]), "bleu4_boot": percentile_interval(boot),
+            "cider": t_interval([r.get("test/cider", math.nan) for r in res]),
             # the validation score the sweep chose rates by, over seeds (sweep.add_margins)
             "val_best": t_interval([r["best_score"] for r in res if r.get("best_score") is not None]),
             "at_epoch": {s: t_interval([x for c in by_seed.values() if (x := cells.score(c, s)) is not None])
@@ -219,10 +228,10 @@ def convergence_markdown(report: dict, figure: str | None = None) -> str:
              "best.ckpt is from; stopped: runs ended by early stopping / all; wait: the most "
              "validations in a row without a new best that a new best still followed (over seeds; "
              "early stopping's patience must exceed it).", "",
-             "| decoder | dims | attention | lr | BLEU-4 | 95% CI seeds | 95% CI images | "
+             "| decoder | dims | attention | lr | BLEU-4 | 95% CI seeds | 95% CI images | CIDEr-D | "
              + " | ".join(f"after {s} ep" for s in snaps)
              + " | best epoch | stopped | wait | attr acc | entropy |",
-             "|---|---|---|---:|---:|---:|---:|" + "---:|" * len(snaps) + "---:|---:|---:|---:|---:|"]
+             "|---|---|---|---:|---:|---:|---:|---:|" + "---:|" * len(snaps) + "---:|---:|---:|---:|---:|"]
     for r in report["rows"]:
         b, (lo, hi) = r["bleu4"], r["bleu4_boot"]
         seed_ci = "" if math.isnan(b["lo"]) else f"[{b['lo']:.3f}, {b['hi']:.3f}]"
@@ -230,7 +239,8 @@ def convergence_markdown(report: dict, figure: str | None = None) -> str:
         epoch = "" if rng is None else f"{r['best_epoch']['mean']:.1f} ({rng[0]}-{rng[1]})"
         lines.append(f"| {r['decoder']} | {r['dims']} | {r['attention']} | "
                      f"{', '.join(f'{x:g}' for x in r['lr']) or 'base'} | {_ci(b)} | {seed_ci} | "
-                     f"[{lo:.3f}, {hi:.3f}] | " + " | ".join(_ci(r["at_epoch"][s]) for s in snaps)
+                     f"[{lo:.3f}, {hi:.3f}] | {_ci(r.get('cider'))} | "
+                     + " | ".join(_ci(r["at_epoch"][s]) for s in snaps)
                      + f" | {epoch} | {r['stopped_early']}/{len(r['seeds'])} | {r['longest_wait']} | "
                      f"{_ci(r['attr_acc'])} | "
                      f"{_ci(r['attn_entropy'], 2)} |")
@@ -243,6 +253,13 @@ def convergence_markdown(report: dict, figure: str | None = None) -> str:
             "BLEU-4 difference, paired by seed: mean [95% CI over seeds] / [95% CI over test "
             "images]; bold: both exclude zero.", ["decoder", "dims", "difference", "seeds"],
             [(_gap_cells(g) + [str(len(g["seeds"]))], g["stages"]) for g in report["gaps"]], stages)
+        lines += _stage_table(
+            "The gap in CIDEr-D", "The same differences in CIDEr-D (coco-caption's, as each run "
+            "scored its test captions): mean [95% CI over seeds]; bold: it excludes zero. (No "
+            "image interval: CIDEr-D's IDF weights come from the whole test set.)",
+            ["decoder", "dims", "difference", "seeds"],
+            [(_gap_cells(g) + [str(len(g["seeds"]))], g["stages"]) for g in report["gaps"]], stages,
+            cell=_cider_diff)
     if report["interactions"]:
         lines += _stage_table(
             "Condition x mode: does the condition change the gap?",
@@ -308,13 +325,24 @@ def _per_seed_table(report: dict) -> list[str]:
     return lines
 
 
+def _cider_diff(d: dict | None) -> str:
+    """+0.12 [seed CI] of a paired difference's CIDEr-D; bold when the interval excludes zero."""
+    ci = (d or {}).get("cider")
+    if ci is None:
+        return "not reached" if d is None else ""
+    if math.isnan(ci["lo"]):
+        return f"{ci['mean']:+.3f}"
+    text = f"{ci['mean']:+.3f} [{ci['lo']:+.3f}, {ci['hi']:+.3f}]"
+    return f"**{text}**" if ci["lo"] > 0 or ci["hi"] < 0 else text
+
+
 def _stage_table(title: str, about: str, heads: list[str], rows: list[tuple[list[str], dict]],
-                 stages: list[str]) -> list[str]:
+                 stages: list[str], cell: Callable[[dict | None], str] | None = None) -> list[str]:
     """A table of paired differences: the row's own columns, then one per stage (snapshot
     epochs, then convergence)."""
     names = [f"after {s} epochs" if s != BEST else "at convergence" for s in stages]
     lines = ["", f"### {title}", "", about, "", "| " + " | ".join(heads + names) + " |",
              "|" + "---|" * (len(heads) - 1) + "---:|" * (1 + len(names))]
     for cells, by_stage in rows:
-        lines.append("| " + " | ".join(cells + [_diff(by_stage[s]) for s in stages]) + " |")
+        lines.append("| " + " | ".join(cells + [(cell or _diff)(by_stage[s]) for s in stages]) + " |")
     return lines

@@ -35,12 +35,23 @@ def judged(d: dict, what: str) -> str:
     mean = d["ci"]["mean"]
     seeds = f"[{lo:+.3f}, {hi:+.3f}] over {d['seeds']} seeds"
     if not math.isnan(lo) and (lo > 0 or hi < 0):
-        return f"{what} is {mean:+.3f} ({seeds})"
+        return f"{what} is {mean:+.3f} ({seeds})" + cider(d)
     if blo > 0 or bhi < 0:
         return (f"{what} is {mean:+.3f} on these trained models (images [{blo:+.3f}, {bhi:+.3f}]; "
-                f"seeds {seeds.split(' over ')[0]} span zero)")
+                f"seeds {seeds.split(' over ')[0]} span zero)") + cider(d)
     within = max(abs(lo), abs(hi)) if not math.isnan(lo) else float("nan")
-    return f"{what} is not distinguishable from zero (within ±{within:.3f}, {d['seeds']} seeds)"
+    return f"{what} is not distinguishable from zero (within ±{within:.3f}, {d['seeds']} seeds)" + cider(d)
+
+
+def cider(d: dict) -> str:
+    """The same difference in CIDEr-D, by the seed rule alone (the report has no image interval
+    for it); empty where the report lacks it."""
+    ci = d.get("cider")
+    if not ci or math.isnan(ci["lo"]):
+        return ""
+    if ci["lo"] > 0 or ci["hi"] < 0:
+        return f", in CIDEr-D {ci['mean']:+.3f} ([{ci['lo']:+.3f}, {ci['hi']:+.3f}])"
+    return f", in CIDEr-D not distinguishable (within ±{max(abs(ci['lo']), abs(ci['hi'])):.3f})"
 
 
 def detectable(report: dict) -> float | None:
