@@ -112,6 +112,23 @@ def test_disk_too_small_shows_the_estimate(tiny_cfg, no_data_work, monkeypatch):
         train(tiny_cfg())
 
 
+def test_a_resume_counts_the_room_of_the_checkpoints_it_replaces(tmp_path):
+    """resume=<run> writes into that run: its last.ckpt and best.ckpt are replaced in place, so
+    their room is the run's already (a run stopped by a full disk resumes once one checkpoint's
+    room is free)."""
+    from captioning.lit import config_check
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    for name in ("last.ckpt", "best.ckpt"):
+        (run / "checkpoints" / name).write_bytes(b"x" * 1000)
+    assert config_check._resumed_run({"resume": str(run)}, tmp_path / "new") == (run, 2000)
+    ckpt = str(run / "checkpoints" / "last.ckpt")
+    assert config_check._resumed_run({"resume": ckpt}, tmp_path / "new") == (run, 2000)
+    assert config_check._resumed_run({"resume": "auto"}, tmp_path / "new") == (tmp_path / "new", 0)
+    assert config_check._resumed_run({}, tmp_path / "new") == (tmp_path / "new", 0)
+
+
 def test_resume_auto_without_an_earlier_run(tiny_cfg, no_data_work):
     with pytest.raises(ConfigError, match="resume=auto: no run under .* has this config's hash"):
         train(tiny_cfg("resume=auto"))

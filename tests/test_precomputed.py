@@ -298,3 +298,66 @@ def test_prepare_data_reports_a_precomputed_set(records, tmp_path):
     assert report["usable_images"] == len(recs) - 1 and sum(report["skipped"].values()) == 1
     assert report["skipped_files"][0].endswith(f"no features for image id {ids[0]} in {folder}")
     assert f"store: {len(recs)} rows x up to 5 regions, " in summary(report)
+
+
+def _pixel_layout(ids: list, where: Path, sizes: dict) -> tuple[dict, Path]:
+    """bottom-up's layout with pixel boxes: features in <where>/cocobu_att/<id>.npy, boxes in
+    <where>/cocobu_box/<id>.npy (pixels of an image of sizes[id]); -> (the encoder overrides
+    reading them, a folder of the same boxes normalised by hand)."""
+    enc = write_features(ids, where / "cocobu_att", "npy_dir")
+    normalised = where / "by_hand"
+    pixels = where / "cocobu_box"
+    for folder in (normalised, pixels):
+        folder.mkdir()
+    for i in ids:
+        w, h = sizes[str(i)]
+        scale = np.asarray([w, h, w, h], np.float32)
+        px = np.round(np.load(Path(enc["boxes_path"]) / f"{i}.npy") * scale).astype(np.float32)
+        np.save(pixels / f"{i}.npy", px)
+        np.save(normalised / f"{i}.npy", px / scale)
+    return {**enc, "boxes_path": str(pixels)}, normalised
+
+
+def test_pixel_boxes_are_refused_by_their_file_and_a_setting_divides_them(records, tmp_path):
+    """cocobu_box-style pixel boxes: the refusal names the box file and the setting; with
+    encoder.box_units=pixels (sizes from COCO annotations, or from the images' own files) the
+    store holds exactly the boxes divided by hand, and training on them gives the same captions
+    as training on the hand-normalised files."""
+    from captioning.lit.training import train
+
+    recs, data = records
+    ids = [r.image_id for r in recs]
+    sizes = {str(i): (200 + 37 * (k % 7), 150 + 23 * (k % 5)) for k, i in enumerate(ids)}
+    enc, by_hand = _pixel_layout(ids, tmp_path, sizes)
+    with pytest.raises(UserError) as refused:
+        precomputed_features(recs, _enc(enc), tmp_path / "cache")
+    message = str(refused.value)
+    assert f"{tmp_path / 'cocobu_box'}/" in message and "cocobu_att" not in message
+    assert "encoder.box_units=pixels" in message
+    annotations = tmp_path / "captions_train2014.json"
+    annotations.write_text(json.dumps({"images": [{"id": i, "width": w, "height": h}
+                                                  for i, (w, h) in sizes.items()]}))
+    pixels = {**enc, "box_units": "pixels", "image_sizes": [str(annotations)]}
+    divided, _ = precomputed_features(recs, _enc(pixels), tmp_path / "cache")
+    hand, _ = precomputed_features(recs, _enc({**enc, "boxes_path": str(by_hand)}), tmp_path / "cache")
+    assert np.array_equal(divided.boxes[:], hand.boxes[:]) and divided.boxes[:].max() <= 1
+    assert divided.path != hand.path  # the units are part of the store's key
+    # the sizes from the images' own files (their headers)
+    files = {str(r.image_id): r.path for r in recs}
+    from PIL import Image
+
+    own = {i: Image.open(p).size for i, p in files.items()}
+    enc2, by_hand2 = _pixel_layout(ids, tmp_path / "own", own)
+    # (a cache of its own: these files have the names and sizes of the first ones)
+    from_files, _ = precomputed_features(recs, _enc({**enc2, "box_units": "pixels"}), tmp_path / "own" / "c")
+    hand2, _ = precomputed_features(recs, _enc({**enc2, "boxes_path": str(by_hand2)}), tmp_path / "own" / "c")
+    assert np.array_equal(from_files.boxes[:], hand2.boxes[:])
+    # trained on, with a position bias that reads the boxes: the same captions
+    run = BASE + ["debug=fast", "trainer.max_epochs=1", "decode.beam_size=2", "attention=scaled_dot",
+                  "attention.position_bias=relative_2d"]
+    captions = []
+    for name, over in (("pixels", {**pixels, "image_sizes": f"[{annotations}]"}),
+                       ("hand", {**enc, "boxes_path": str(by_hand)})):
+        train(compose_cfg(run + _overrides(over), tmp_path / name, data))
+        captions.append(json.loads((tmp_path / name / "predictions.json").read_text()))
+    assert captions[0] == captions[1]

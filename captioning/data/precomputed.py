@@ -16,13 +16,16 @@ Why these three: numpy reads them with nothing to install; one file per image is
 extraction scripts write; one uncompressed .npz maps without a copy. HDF5 needs h5py, which is
 not a dependency; docs/precomputed_features.md converts one in a short loop.
 
-Boxes are (x1, y1, x2, y2) normalised to [0, 1] by the image's width and height. Regions are
+Boxes are (x1, y1, x2, y2) normalised to [0, 1] by the image's width and height, or in pixels
+with `encoder.box_units=pixels` (divided here by each image's size: from COCO annotation files,
+`encoder.image_sizes`, or the image's own file). Regions are
 padded to the dataset's most regions; the store's `counts` (regions per row) becomes each
 batch's mask, so padding gets exactly zero attention.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import zipfile
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 from tqdm import tqdm
 
 from ..errors import UserError
@@ -160,6 +164,12 @@ class Source:
     # -- every format ---------------------------------------------------------------------------
     def where(self, image_id: str) -> str:
         return str(self.files[image_id]) if self.format != "npz" else f"{self.path}[{image_id}]"
+
+    def box_where(self, image_id: str) -> str:
+        """The file that holds an image's boxes (for messages about them)."""
+        if self.boxes_path is not None:
+            return str(self.boxes_path / f"{image_id}.npy")
+        return f"{self.where(image_id)} (array {self.boxes_key!r})"
 
     def shape(self, image_id: str) -> tuple[int, ...]:
         if self.format == "npz":
@@ -301,6 +311,10 @@ def precomputed_features(records: list[ImageRecord], enc_cfg: dict,
     most = max(found.counts)
     spec = {"encoder": "precomputed", "source": source.key(ids), "grid": grid, "boxes": boxes,
             "images": fingerprint(ids)}
+    sizes = None
+    if boxes and enc_cfg.get("box_units") == "pixels":  # (absent from normalised stores' keys)
+        sizes = image_sizes(enc_cfg, records)
+        spec["box_units"] = {"pixels": fingerprint(sorted(sizes.items()))}
     extras = {"counts": ((len(records),), "int32")}
     if boxes:
         extras["boxes"] = ((len(records), most, 4), "float32")
@@ -310,14 +324,15 @@ def precomputed_features(records: list[ImageRecord], enc_cfg: dict,
     if store.complete:
         log.info("features: loaded from store %s", store.root)
     else:
-        _copy_into(store, source, ids, found, boxes)
+        _copy_into(store, source, ids, found, boxes, sizes)
     counts = np.asarray(store.extra("counts")[:])  # (rows,) in RAM: 4 bytes a row
     reasons = [store_why or scan_why for store_why, scan_why in zip(store.reasons(), found.reasons)]
     feats = store.features()
     return RegionFeatures(feats.path, feats.shape, counts, store.extra("boxes"), grid), reasons
 
 
-def _copy_into(store: FeatureStore, source: Source, ids: list[str], found: Scan, boxes: bool) -> None:
+def _copy_into(store: FeatureStore, source: Source, ids: list[str], found: Scan, boxes: bool,
+               sizes: dict[str, tuple[int, int]] | None = None) -> None:
     rows, most, width = store.manifest["shape"]
     start = store.rows_done
     log.info("features: copying %d rows of precomputed features from %s -> %s%s", rows - start,
@@ -332,7 +347,7 @@ def _copy_into(store: FeatureStore, source: Source, ids: list[str], found: Scan,
             for k, row in enumerate(range(first, last)):
                 why = found.reasons[row]
                 if not why:
-                    why = _read_row(source, ids[row], boxes, feats[k], box[k])
+                    why = _read_row(source, ids[row], boxes, feats[k], box[k], sizes)
                     counts[k] = 0 if why else found.counts[row]
                 reasons.append(why)
             extras = {"counts": counts, **({"boxes": box} if boxes else {})}
@@ -340,11 +355,18 @@ def _copy_into(store: FeatureStore, source: Source, ids: list[str], found: Scan,
             bar.update(last - first)
 
 
-def _read_row(source: Source, image_id: str, boxes: bool, out: np.ndarray, out_boxes: np.ndarray) -> str:
-    """One image's features into out (N_max, C) (float16) and boxes into out_boxes; "" or why
-    the row is skipped. Boxes that are not normalised are refused: every file would be wrong."""
+def _read_row(source: Source, image_id: str, boxes: bool, out: np.ndarray, out_boxes: np.ndarray,
+              sizes: dict[str, tuple[int, int]] | None = None) -> str:
+    """One image's features into out (N_max, C) (float16) and boxes into out_boxes, pixel boxes
+    divided by the image's size (`sizes`: box_units=pixels); "" or why the row is skipped.
+    Boxes that are not normalised are refused: every file would be wrong."""
     feats, box = source.read(image_id)
-    half, why = _checked(feats, box, boxes, source.where(image_id))
+    if sizes is not None and box is not None:
+        if image_id not in sizes:
+            return f"no size for image {image_id}, whose boxes are pixels (encoder.image_sizes)"
+        box = to_unit_boxes(box, sizes[image_id])
+    half, why = _checked(feats, box, boxes, source.where(image_id), source.box_where(image_id),
+                         pixels=sizes is not None)
     if not why:
         out[: len(half)] = half
         if boxes:
@@ -353,7 +375,7 @@ def _read_row(source: Source, image_id: str, boxes: bool, out: np.ndarray, out_b
 
 
 def _checked(feats: np.ndarray, box: np.ndarray | None, want_boxes: bool,
-             where: str) -> tuple[np.ndarray, str]:
+             where: str, box_where: str | None = None, pixels: bool = False) -> tuple[np.ndarray, str]:
     """One image's features as float16 and "" or why the image cannot be used (non-finite
     values, boxes missing or of the wrong shape), for the copy into the store and for
     caption.py alike. Boxes that are not normalised are refused (UserError): every file of
@@ -363,15 +385,70 @@ def _checked(feats: np.ndarray, box: np.ndarray | None, want_boxes: bool,
         return half, f"NaN or inf in the features of {where}"
     if not want_boxes:
         return half, ""
+    box_where = box_where or where
     if box is None or box.shape != (len(half), 4):
-        return half, f"boxes of {where} are {None if box is None else box.shape}, want ({len(half)}, 4)"
+        return half, (f"boxes in {box_where} are {None if box is None else box.shape}, want "
+                      f"({len(half)}, 4) for the {len(half)} regions of {where}")
     if not np.isfinite(box).all():
-        return half, f"NaN or inf in the boxes of {where}"
+        return half, f"NaN or inf in the boxes in {box_where}"
     if box.min() < -1e-3 or box.max() > 1 + 1e-3:
-        raise UserError(f"boxes of {where} reach {box.min():.3g}..{box.max():.3g}: boxes must be "
+        if pixels:
+            raise UserError(f"boxes in {box_where} reach {box.min():.3g}..{box.max():.3g} of the "
+                            "image's size: they lie outside the image (a wrong size in "
+                            "encoder.image_sizes, or boxes of another image)")
+        raise UserError(f"boxes in {box_where} reach {box.min():.3g}..{box.max():.3g}: boxes must be "
                         "(x1, y1, x2, y2) divided by the image's width and height (normalised to "
-                        "[0, 1])")
+                        "[0, 1]); if they are pixels, set encoder.box_units=pixels (sizes from "
+                        "the images' files, or encoder.image_sizes=[<COCO annotations .json>])")
     return half, ""
+
+
+def to_unit_boxes(box: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """(N, 4) pixel boxes (x1, y1, x2, y2) of an image of `size` (width, height) -> divided by
+    it, float32."""
+    w, h = size
+    return np.asarray(box, np.float32) / np.asarray([w, h, w, h], np.float32)
+
+
+def image_sizes(enc: dict, records: list[ImageRecord]) -> dict[str, tuple[int, int]]:
+    """{image id: (width, height)} for box_units=pixels: from the COCO annotation files named
+    by encoder.image_sizes (their images[] entries), else from each record's image file (its
+    header only). Images with no size are left out (their rows are skipped by name)."""
+    if enc.get("image_sizes"):
+        return annotation_sizes(enc["image_sizes"])
+    sizes, missing = {}, []
+    for r in records:
+        try:
+            with Image.open(r.path) as im:
+                sizes[str(r.image_id)] = im.size
+        except (OSError, ValueError):
+            missing.append(str(r.path))
+    if missing and len(missing) == len(records):
+        raise UserError(f"encoder.box_units=pixels needs each image's size, and none of the "
+                        f"{len(records)} image files can be read (e.g. {missing[0]}); give the "
+                        "COCO annotations instead: encoder.image_sizes=[<instances or captions "
+                        "_train2014.json>, <..._val2014.json>]")
+    if missing:
+        log.warning("features: %d images without a readable file have no size for their pixel "
+                    "boxes (e.g. %s): their rows are skipped", len(missing), missing[0])
+    return sizes
+
+
+def annotation_sizes(files: list[str]) -> dict[str, tuple[int, int]]:
+    """{image id: (width, height)} from COCO-format annotation files (images[]: id, width,
+    height)."""
+    sizes = {}
+    for name in files:
+        path = Path(name).expanduser()
+        try:
+            images = json.loads(path.read_text())["images"]
+            sizes.update({str(i["id"]): (int(i["width"]), int(i["height"])) for i in images})
+        except FileNotFoundError:
+            raise UserError(f"encoder.image_sizes: {path} does not exist") from None
+        except (ValueError, KeyError, TypeError) as err:
+            raise UserError(f"encoder.image_sizes: {path} is not a COCO annotation file with "
+                            f"images[] of id, width and height ({type(err).__name__}: {err})") from None
+    return sizes
 
 
 def resolve_source(enc: dict, attention: dict) -> int:
@@ -409,7 +486,13 @@ def read_feature_file(path: Path, enc: dict) -> tuple[np.ndarray, np.ndarray | N
         raise ValueError(f"unreadable ({err})") from None
     if feats.ndim != 2 or feats.shape[1] != enc["dim"]:
         raise ValueError(f"features are {feats.shape}; this model reads (N, {enc['dim']})")
-    feats, why = _checked(feats, boxes, boxes is not None, str(path))
+    if boxes is not None and enc.get("box_units") == "pixels":
+        sizes = annotation_sizes(enc["image_sizes"]) if enc.get("image_sizes") else {}
+        if path.stem not in sizes:
+            raise ValueError("its boxes are pixels (encoder.box_units=pixels) and its image's size is "
+                             "unknown: pass encoder.image_sizes=[<COCO annotations .json>]")
+        boxes = to_unit_boxes(boxes, sizes[path.stem])
+    feats, why = _checked(feats, boxes, boxes is not None, str(path), pixels=enc.get("box_units") == "pixels")
     if why:
         raise ValueError(why)
     return feats, None if boxes is None else boxes.astype(np.float32)

@@ -20,6 +20,7 @@ a kill -9 at any moment leaves a store whose manifest counts only finished rows.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -32,38 +33,101 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 
 
-def _write_json_atomic(path: Path, obj) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
+    """`text` into `path` through a temporary file beside it (fsync, rename): a reader sees the
+    old file or the new one, and a failed write (a full disk) leaves no half file and raises
+    an OSError that names `path`."""
+    path = Path(path)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise OSError(err.errno, err.strerror, str(path)) from err
+
+
+def _write_json_atomic(path: Path, obj) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=1))
+
+
+class StoreChanged(RuntimeError):
+    """A store's file was deleted, replaced or shrunk while a run read it."""
 
 
 class LazyFeatures:
     """Read-only view of a store's features.npy, memory-mapped on first use in each process.
     Pickling sends the path, never a handle or the data, so DataLoader workers (fork or spawn)
-    each open their own map. `precision`: the autocast precision the rows were extracted in."""
+    each open their own map. `precision`: the autocast precision the rows were extracted in.
+
+    Every read first checks that the file is still the one mapped (one stat): a map over a file
+    that shrank kills the process with SIGBUS when it touches the lost pages, and one over a
+    deleted file would outlive it only until the next process opens the path. Either way the
+    run stops with StoreChanged, which names the file, instead."""
 
     def __init__(self, path: Path, shape: tuple[int, ...], precision: str | None = None) -> None:
         self.path, self.shape, self.precision = Path(path), tuple(shape), precision
         self._array: np.ndarray | None = None
+        self._file: tuple[int, int] | None = None  # (inode, size) of the file mapped
 
     def __getstate__(self) -> dict:
-        return {"path": self.path, "shape": self.shape, "precision": self.precision, "_array": None}
+        return {"path": self.path, "shape": self.shape, "precision": self.precision, "_array": None,
+                "_file": None}
 
     @property
     def array(self) -> np.ndarray:
         if self._array is None:
+            st = self._stat()
             self._array = np.load(self.path, mmap_mode="r")
+            self._file = (st.st_ino, st.st_size)
         return self._array
 
+    def _stat(self) -> os.stat_result:
+        try:
+            return os.stat(self.path)
+        except FileNotFoundError:
+            raise StoreChanged(f"the feature store file {self.path} is gone (deleted or moved "
+                               "while the run read it)") from None
+
+    def _check(self) -> None:
+        st = self._stat()
+        inode, size = self._file
+        if st.st_ino != inode:
+            raise StoreChanged(f"the feature store file {self.path} was replaced while the run read it")
+        if st.st_size < size:
+            raise StoreChanged(f"the feature store file {self.path} shrank from {size:,} to "
+                               f"{st.st_size:,} bytes while the run read it")
+
     def __getitem__(self, index):
-        return self.array[index]
+        array = self.array
+        self._check()
+        return array[index]
 
     def __len__(self) -> int:
         return self.shape[0]
+
+
+def _reserve(path: Path) -> None:
+    """Allocate the preallocated file's blocks now: a sparse file that meets a full disk later
+    fails where the rows are written through the memory map, with SIGBUS, not an error. A full
+    disk is then an OSError here, naming the file and the bytes it needs (and the file is
+    removed, so no store is left that a later run would take for a partial build)."""
+    size = path.stat().st_size
+    try:
+        with open(path, "r+b") as f:
+            os.posix_fallocate(f.fileno(), 0, size)
+    except OSError as err:
+        if err.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            return  # a file system without fallocate: the writes find out as before
+        path.unlink(missing_ok=True)
+        fault = OSError(err.errno, err.strerror, str(path))
+        fault.needed_bytes = size
+        raise fault from err
+    except AttributeError:  # no posix_fallocate on this platform
+        return
 
 
 class FeatureStore:
@@ -114,9 +178,11 @@ class FeatureStore:
         root.mkdir(parents=True, exist_ok=True)
         np.lib.format.open_memmap(root / "features.npy", mode="w+", dtype=np.float16,
                                   shape=(rows, cells, dim)).flush()
+        _reserve(root / "features.npy")
         for name, (shape, dtype) in expected.get("extras", {}).items():
             np.lib.format.open_memmap(root / f"{name}.npy", mode="w+", dtype=dtype,
                                       shape=tuple(shape)).flush()
+            _reserve(root / f"{name}.npy")
         store = cls(root, {**expected, "built": built or {}, "rows_done": 0})
         _write_json_atomic(root / "skipped.json", {})
         _write_json_atomic(manifest_path, store.manifest)

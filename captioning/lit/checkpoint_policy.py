@@ -24,6 +24,7 @@ from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 
 from ..checkpoint import read_checkpoint
+from ..errors import exception_chain
 
 CHECKPOINTS = ("last.ckpt", "best.ckpt")
 _UMASK = os.umask(0)
@@ -45,9 +46,16 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 os.fsync(f.fileno())
             os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; a checkpoint is a normal file
             os.replace(tmp, path)  # atomic on POSIX: readers see the old file or the new one
-        except BaseException:
+        except BaseException as err:
             Path(tmp).unlink(missing_ok=True)  # e.g. ENOSPC: the previous checkpoint stays
-            raise
+            cause = next((e for e in exception_chain(err) if isinstance(e, OSError) and e.errno), None)
+            if cause is None:
+                raise
+            # torch.save reports a failed write as its own RuntimeError: name the file and the
+            # size it needed (errors as faults.py words them)
+            fault = OSError(cause.errno, cause.strerror, str(path))
+            fault.needed_bytes = _tensor_bytes(checkpoint)
+            raise fault from err
         dir_fd = os.open(path.parent, os.O_RDONLY)
         try:
             os.fsync(dir_fd)  # the rename itself survives a power cut
@@ -60,6 +68,17 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict[str, Any]:
         return read_checkpoint(path, map_location or "cpu")
+
+
+def _tensor_bytes(obj) -> int:
+    """The bytes of every tensor in a (nested) checkpoint: about its size on disk."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0
 
 
 class RNGState(Callback):

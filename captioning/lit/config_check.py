@@ -256,6 +256,20 @@ def _size(n: float) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
+def _resumed_run(cfg: dict, out: Path) -> tuple[Path, int]:
+    """Where the run writes and the bytes of checkpoints already there that it replaces in place:
+    resume=<run dir> writes into that run (its last.ckpt and best.ckpt hold room the run keeps),
+    a new run into `out`."""
+    resume = cfg.get("resume")
+    if not resume or resume == "auto":
+        return out, 0
+    run = Path(resume).expanduser()
+    if run.suffix == ".ckpt":
+        run = run.parent.parent
+    files = [run / "checkpoints" / name for name in ("last.ckpt", "best.ckpt")]
+    return (run, sum(f.stat().st_size for f in files if f.is_file())) if run.is_dir() else (out, 0)
+
+
 def file_problems(cfg: dict, checkpoint_bytes: int) -> list[str]:
     """Weights present, output dir writable, room on disk for checkpoints (and, for the built-in
     dataset, its feature store)."""
@@ -287,9 +301,11 @@ def file_problems(cfg: dict, checkpoint_bytes: int) -> list[str]:
         return problems
     # last.ckpt + best.ckpt + one temp file while either is rewritten, + 50 MiB of logs.
     need = 3 * checkpoint_bytes + 50 * 2**20
-    if (free := _free_bytes(out)) < need:
-        problems.append(f"paths.output_dir={out}: {_size(free)} free, the run needs about "
-                        f"{_size(need)} (3 checkpoints of {_size(checkpoint_bytes)} + logs)")
+    where, have = _resumed_run(cfg, out)
+    if (free := _free_bytes(where)) < need - have:
+        problems.append(f"paths.output_dir={where}: {_size(free)} free, the run needs about "
+                        f"{_size(need - have)} (3 checkpoints of {_size(checkpoint_bytes)} + logs"
+                        + (f", less the {_size(have)} of the checkpoints it replaces)" if have else ")"))
     syn = (cfg.get("data") or {}).get("synthetic")
     if syn and enc.get("name") in ENCODERS and enc.get("image_size"):
         images = syn["num_train"] + syn["num_val"] + syn["num_test"]

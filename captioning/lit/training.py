@@ -17,6 +17,7 @@ from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_only
 
 from ..data.precomputed import resolve_source
+from ..data.store import write_text_atomic
 from ..device import configure_cpu
 from ..provenance import config_hash, cpu_kind, flatten, git_commit
 from ..schema.fields import defaults
@@ -26,6 +27,7 @@ from .config_check import check_config
 from .console import quiet_lightning, summary_table
 from .curve import snapshot_path
 from .datamodule import CaptionDataModule
+from .faults import reported_faults
 from .loggers import finish_wandb, run_loggers
 from .mixed import BF16Mixed
 from .module import CaptioningModule
@@ -59,6 +61,14 @@ def train(cfg: DictConfig) -> dict:
     plain = _plain(cfg)
     out = Path(plain["paths"]["output_dir"])
     out.mkdir(parents=True, exist_ok=True)
+    # a full disk, a store changed under the run, a killed worker: one line and the resume
+    with reported_faults(out):
+        return _fit_and_test(cfg, plain, out, resume_ckpt, start, cpu_start, commit)
+
+
+def _fit_and_test(cfg: DictConfig, plain: dict, out: Path, resume_ckpt: Path | None, start: float,
+                  cpu_start: float, commit: str | None) -> dict:
+    """train()'s work once the config is checked and the run dir known."""
     run_info = read_run(out) if resume_ckpt else {}
     if not plain["data"].get("synthetic") and not plain["encoder"].get("pretrained"):
         log.warning("data=%s with encoder.pretrained=false: a randomly initialised ResNet on real "
@@ -164,10 +174,11 @@ def _write_outputs(out: Path, results: dict, predictions: list[dict],
                    skipped: list[tuple[str, str]]) -> None:
     """results.json, predictions.json and, when files were skipped, skipped_images.txt (one
     line per file: path <TAB> why)."""
-    (out / "results.json").write_text(json.dumps(results, indent=2))
-    (out / "predictions.json").write_text(json.dumps(predictions, indent=1))
+    # predictions first: a finished results.json means every output is there
+    write_text_atomic(out / "predictions.json", json.dumps(predictions, indent=1))
     if skipped:
-        (out / "skipped_images.txt").write_text("".join(f"{path}\t{why}\n" for path, why in skipped))
+        write_text_atomic(out / "skipped_images.txt", "".join(f"{path}\t{why}\n" for path, why in skipped))
+    write_text_atomic(out / "results.json", json.dumps(results, indent=2))
 
 
 def _test_snapshots(trainer: pl.Trainer, module: CaptioningModule, datamodule: CaptionDataModule,
@@ -185,8 +196,8 @@ def _test_snapshots(trainer: pl.Trainer, module: CaptioningModule, datamodule: C
             trainer.test(module, datamodule=datamodule, verbose=False, ckpt_path=str(path))
             scores[str(epoch)] = dict(module.metrics.get("test", {}))
             if trainer.is_global_zero:
-                (out / f"predictions_epoch{epoch}.json").write_text(
-                    json.dumps(module.test_predictions, indent=1))
+                write_text_atomic(out / f"predictions_epoch{epoch}.json",
+                                  json.dumps(module.test_predictions, indent=1))
     finally:
         trainer.loggers = loggers
     return scores

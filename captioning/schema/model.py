@@ -104,6 +104,12 @@ class Precomputed(Normalised):
     features_key: str = "features"  # the features' array name inside .npz files (bottom-up: often feat)
     boxes_key: str = "boxes"        # the boxes' array name inside .npz files; absent from a file: no boxes
     boxes_path: str | None = None   # or a folder of <image_id>.npy boxes (N, 4), bottom-up's layout
+    # the boxes' units: normalized (x1, y1, x2, y2 divided by the image's width and height) or
+    # pixels (as bottom-up's cocobu_box files hold them), divided here by each image's size
+    box_units: str = setting("normalized", one_of("normalized", "pixels"))
+    # for box_units=pixels: COCO annotation files (images[]: id, width, height) giving the sizes;
+    # empty: each image's own file (its header only)
+    image_sizes: list[str] = setting([])
     grid: bool = False              # true: each file is one square grid of cells, row-major (CLIP/ViT)
     dim: int | None = setting(None, at_least(1))  # the width: read from the files (set it to check them)
     finetune: bool = False          # there is no network to tune: always false

@@ -1,0 +1,126 @@
+"""Faults a run meets while it works, each said in one line (errors.RunFault): a write that
+fails (full disk, quota, read-only or failing storage), a feature store changed under the run, a
+data-loading worker killed by the system. The line names the path and what the error means, the
+space needed where it is known, the last good checkpoint and the command that continues the run;
+anything else is a bug and keeps its traceback."""
+
+from __future__ import annotations
+
+import errno
+import re
+import shlex
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..data.store import StoreChanged
+from ..errors import RunFault, exception_chain
+from .checkpoint_policy import newest_checkpoint
+
+# errno -> what it means to the user (the errors a run's writes meet that are not bugs)
+WRITE_ERRORS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "the disk quota is exceeded",
+    errno.EROFS: "the file system is read-only",
+    errno.EIO: "an input/output error (a failing disk, or a network mount that went away)",
+    errno.ESTALE: "a stale network file handle (the file was replaced on the server)",
+    errno.EACCES: "permission denied",
+}
+# torch's messages for a worker that died without a Python exception
+WORKER = re.compile(r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) (?:is killed by signal: ([^.]+)"
+                    r"|exited unexpectedly(?: with exit code (-?\d+))?)")
+SIGNALS = {
+    "Killed": "SIGKILL, most often the system's out-of-memory killer (`dmesg | grep -i oom` says)",
+    "Bus error": "SIGBUS: a memory-mapped file (the feature store) shrank or vanished under it",
+    "Segmentation fault": "SIGSEGV",
+}
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.0f} MiB"
+
+
+def _write_error(err: OSError) -> str:
+    path = err.filename
+    what = WRITE_ERRORS[err.errno]
+    line = f"could not write {path or 'a file of the run'}: {what} ({errno.errorcode[err.errno]})"
+    needed = getattr(err, "needed_bytes", None)
+    if err.errno in (errno.ENOSPC, errno.EDQUOT) and path:
+        try:
+            free = shutil.disk_usage(Path(path).parent).free
+        except OSError:
+            free = None
+        if needed:
+            line += f"; it needs about {_mib(needed)}"
+        if free is not None:
+            line += f", {_mib(free)} free there" if needed else f"; {_mib(free)} free there"
+    return line
+
+
+def _worker_death(match: re.Match) -> str:
+    pid, signal, code = match.groups()
+    if signal:
+        why = SIGNALS.get(signal.strip(), f"signal {signal.strip()}")
+        how = f"was killed by {why}"
+    else:
+        how = "exited unexpectedly" + (f" with exit code {code}" if code else "")
+    return (f"a data-loading worker (pid {pid.strip()}) {how}; try fewer workers "
+            "(data.num_workers=0 reads in the training process), a smaller data.batch_size, or "
+            "more memory")
+
+
+def describe(err: BaseException) -> str | None:
+    """What happened, in words, or None when `err` is no fault of the surroundings (a bug)."""
+    for e in exception_chain(err):
+        if isinstance(e, StoreChanged):
+            # raised in a DataLoader worker, it comes back with the worker's traceback as its
+            # text: its own message is the last line
+            own = str(e).strip().splitlines()[-1].split("StoreChanged: ", 1)[-1]
+            return f"{own}; the next run rebuilds the store (or resumes its copy)"
+        if isinstance(e, OSError) and e.errno in WRITE_ERRORS and not isinstance(e, FileNotFoundError):
+            return _write_error(e)
+        if isinstance(e, RuntimeError) and (m := WORKER.search(str(e))):
+            return _worker_death(m)
+    return None
+
+
+def last_good(out: Path) -> str:
+    """The checkpoint a resume continues from, in words."""
+    try:
+        path, ckpt = newest_checkpoint(out)
+    except FileNotFoundError:
+        return "none yet (the run stopped before its first checkpoint)"
+    return f"{path} (epoch {ckpt.get('epoch')}, step {ckpt.get('global_step')})"
+
+
+def resume_command(out: Path, overrides: list[str]) -> str:
+    """The command that continues this run: its own overrides (a resume checks the config
+    against the checkpoint's) and resume=<its dir>."""
+    kept = [o for o in overrides if not o.lstrip("+~").startswith("resume=")]
+    return shlex.join(["python", "train.py", *kept, f"resume={out}"])
+
+
+def _overrides() -> list[str]:
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        return list(HydraConfig.get().overrides.task)
+    except ValueError:  # called without Hydra (tests, a notebook): no overrides to repeat
+        return []
+
+
+@contextmanager
+def reported_faults(out: Path) -> Iterator[None]:
+    """Inside: a fault of the surroundings leaves as a RunFault whose one line says what
+    happened, the last good checkpoint and how to continue; anything else passes unchanged."""
+    try:
+        yield
+    except Exception as err:  # noqa: BLE001  (classified below; the rest re-raised as it was)
+        what = describe(err)
+        if what is None:
+            raise
+        good = last_good(out)
+        then = (f"once it is fixed, continue with: {resume_command(out, _overrides())}"
+                if not good.startswith("none") else "once it is fixed, run the same command again")
+        raise RunFault(f"run stopped: {what}. Last good checkpoint: {good}; {then}") from err

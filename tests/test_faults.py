@@ -1,0 +1,192 @@
+"""Faults in the middle of a run end with one line: what happened (the path, the error's
+meaning, the space needed), the last good checkpoint and the command that continues the run; no
+traceback (unless HYDRA_FULL_ERROR=1), exit status 75, nothing half-written left in place; and
+the run continued by that command ends as the uninterrupted one does."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from captioning.data.store import FeatureStore, LazyFeatures, StoreChanged
+from captioning.errors import FAULT_EXIT
+from captioning.lit.faults import describe
+
+DRIVER = Path(__file__).with_name("fault_driver.py")
+# Two epochs of 24 steps (96 images, batch 4); last.ckpt every 5 steps.
+RUN = ["trainer.max_epochs=2", "checkpoint.every_n_steps=5", "decode.beam_size=1"]
+
+
+def _start(out: Path, data: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(DRIVER), str(out), str(data), *RUN, *extra],
+                            env={**os.environ, "WANDB_MODE": "disabled", **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _run(out: Path, data: Path, *extra: str, env: dict | None = None) -> tuple[int, str]:
+    proc = _start(out, data, *extra, env=env)
+    _, err = proc.communicate(timeout=600)
+    return proc.returncode, err
+
+
+def _fault_line(err: str) -> str:
+    """The run's last stderr line; it must be the only one that says error, and no traceback."""
+    assert "Traceback" not in err, err[-3000:]
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and err.rstrip().endswith(errors[0]), err[-3000:]
+    return errors[0]
+
+
+def _test_metrics(run: Path) -> dict:
+    results = json.loads((run / "results.json").read_text())
+    return {k: v for k, v in results.items() if k.startswith("test/")}
+
+
+def _resume_overrides(line: str) -> list[str]:
+    """The overrides of the command the line says continues the run."""
+    command = shlex.split(line.split("continue with: ", 1)[1])
+    assert command[:2] == ["python", "train.py"]
+    return command[2:]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("fault_data")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, data) -> Path:
+    run = tmp_path_factory.mktemp("uninterrupted") / "run"
+    code, err = _run(run, data)
+    assert code == 0, err[-3000:]
+    return run
+
+
+def test_a_full_disk_at_a_checkpoint_stops_in_one_line_and_resumes_exactly(uninterrupted, data, tmp_path):
+    run = tmp_path / "run"
+    code, err = _run(run, data, env={"DISK_FULL_AT_STEP": "20"})
+    assert code == FAULT_EXIT
+    line = _fault_line(err)
+    ckpt = run / "checkpoints" / "last.ckpt"
+    assert f"could not write {ckpt}: no space left on the device (ENOSPC)" in line
+    assert "it needs about" in line and "MiB free there" in line
+    assert f"Last good checkpoint: {run / 'checkpoints' / 'last.ckpt'} (epoch 0, step 15)" in line
+    assert not list((run / "checkpoints").glob("*.tmp"))  # nothing half-written left in place
+    assert not (run / "results.json").exists()
+    overrides = _resume_overrides(line)
+    assert overrides[-1] == f"resume={run}"
+    # space freed: the printed command continues the run, which ends as the uninterrupted one
+    code, err = _run(tmp_path / "again", data, *overrides)
+    assert code == 0, err[-3000:]
+    assert json.loads((run / "results.json").read_text())["resumed"] == 1
+    assert _test_metrics(run) == _test_metrics(uninterrupted)
+
+
+def test_the_traceback_is_there_when_asked_for(data, tmp_path):
+    code, err = _run(tmp_path / "run", data, env={"DISK_FULL_AT_STEP": "0", "HYDRA_FULL_ERROR": "1"})
+    assert code != 0 and "Traceback" in err and "RunFault" in err and "No space left" in err
+
+
+def _when(proc: subprocess.Popen, ready, what: str) -> None:
+    deadline = time.time() + 300
+    while not ready():
+        assert proc.poll() is None, f"finished before {what}: " + proc.communicate()[1][-2000:]
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc for the worker's pid")
+def test_a_killed_loader_worker_is_named_with_what_to_try(data, tmp_path):
+    """SIGKILL to the data-loading worker (what the out-of-memory killer sends)."""
+    run = tmp_path / "run"
+    proc = _start(run, data, "data.num_workers=1", env={"SLOW_AFTER_STEP": "5"})
+    _when(proc, lambda: (run / "checkpoints" / "last.ckpt").exists() and _children(proc.pid),
+          "the first checkpoint")
+    worker = _children(proc.pid)[0]
+    os.kill(worker, signal.SIGKILL)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == FAULT_EXIT
+    line = _fault_line(err)
+    assert f"a data-loading worker (pid {worker}) was killed by SIGKILL" in line
+    assert "out-of-memory" in line and "data.num_workers=0" in line and f"resume={run}" in line
+
+
+def test_a_store_shrunk_under_the_run_is_named(tmp_path):
+    """The feature store's file truncated while the run reads it (its own data dir: the store
+    is rebuilt by the next run, as the line says)."""
+    data, run = tmp_path / "data", tmp_path / "run"
+    proc = _start(run, data, env={"SLOW_AFTER_STEP": "5"})
+    _when(proc, lambda: (run / "checkpoints" / "last.ckpt").exists(), "the first checkpoint")
+    (store,) = data.glob("cache/store_*/features.npy")
+    os.truncate(store, 4096)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == FAULT_EXIT
+    line = _fault_line(err)
+    assert f"the feature store file {store} shrank" in line and "rebuilds the store" in line
+
+
+def _store(tmp_path: Path) -> LazyFeatures:
+    store = FeatureStore.open_or_create(tmp_path / "s", {"x": 1}, rows=4, cells=2, dim=3)
+    store.write(0, np.ones((4, 2, 3), np.float16), [""] * 4)
+    return store.features()
+
+
+def test_a_store_file_deleted_or_replaced_is_named(tmp_path):
+    feats = _store(tmp_path)
+    assert feats[1].shape == (2, 3)
+    os.replace(feats.path, tmp_path / "moved.npy")
+    with pytest.raises(StoreChanged, match="is gone"):
+        feats[0]
+    np.save(feats.path, np.zeros((4, 2, 3), np.float16))  # another file under the name
+    with pytest.raises(StoreChanged, match="was replaced"):
+        feats[0]
+    assert "the next run rebuilds the store" in describe(StoreChanged(f"the feature store file {feats.path} "
+                                                                      "was replaced"))
+
+
+def test_a_store_that_cannot_get_its_space_says_how_much(tmp_path, monkeypatch):
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    with pytest.raises(OSError) as err:
+        FeatureStore.open_or_create(tmp_path / "s", {"x": 1}, rows=1000, cells=16, dim=512)
+    assert err.value.filename == str(tmp_path / "s" / "features.npy")
+    assert err.value.needed_bytes >= 1000 * 16 * 512 * 2
+    assert not (tmp_path / "s" / "features.npy").exists()  # no store a later run would take
+    line = describe(err.value)
+    assert line.startswith(f"could not write {tmp_path / 's' / 'features.npy'}: no space left")
+    assert "it needs about 16 MiB" in line
+
+
+def test_only_faults_of_the_surroundings_are_reworded():
+    assert describe(ValueError("a bug")) is None
+    assert describe(FileNotFoundError(errno.ENOENT, "gone", "x")) is None
+    try:
+        try:
+            raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+        except OSError as cause:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos") from cause
+    except RuntimeError as err:
+        assert describe(err).startswith("could not write a file of the run: the disk quota is exceeded")
+    exited = RuntimeError("DataLoader worker (pid(s) 4242) exited unexpectedly")
+    assert describe(exited).startswith("a data-loading worker (pid 4242) exited unexpectedly")
+    bus = RuntimeError("DataLoader worker (pid 7) is killed by signal: Bus error. ")
+    assert "shrank or vanished" in describe(bus)
