@@ -5,7 +5,8 @@ and exit statuses), for tests/test_faults.py to break in the middle.
 
 Environment switches: DISK_FULL_AT_STEP=k makes every checkpoint write from global step k on
 fail as a full disk does (torch.save's file refuses bytes with ENOSPC after the first 4 KiB);
-SLOW_AFTER_STEP=k sleeps 0.3 s per training step after step k (time for the test to act mid-run).
+SLOW_AFTER_STEP=k sleeps 0.3 s per training step after step k (time for the test to act mid-run)
+and writes the step being trained into <out dir>.step.
 """
 
 import errno
@@ -52,6 +53,7 @@ if (slow_after := int(os.environ.get("SLOW_AFTER_STEP", "-1"))) >= 0:
     step = CaptioningModule.training_step
 
     def slow_step(self, batch, batch_idx):
+        Path(out + ".step").write_text(str(self.trainer.global_step))
         if self.trainer.global_step > slow_after:
             time.sleep(0.3)
         return step(self, batch, batch_idx)

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from captioning.checkpoint import read_checkpoint
 from captioning.data.store import FeatureStore, LazyFeatures, StoreChanged
 from captioning.errors import FAULT_EXIT
 from captioning.lit.faults import describe
@@ -190,3 +191,41 @@ def test_only_faults_of_the_surroundings_are_reworded():
     assert describe(exited).startswith("a data-loading worker (pid 4242) exited unexpectedly")
     bus = RuntimeError("DataLoader worker (pid 7) is killed by signal: Bus error. ")
     assert "shrank or vanished" in describe(bus)
+
+
+def test_sigterm_mid_epoch_checkpoints_where_it_stands_and_resumes_exactly(uninterrupted, data, tmp_path):
+    """SIGTERM (no step checkpoints: the one written is the signal's): exit 75, one line with
+    the step and the resume command, and the resumed run ends as the uninterrupted one."""
+    run, step = tmp_path / "run", tmp_path / "run.step"
+    proc = _start(run, data, "checkpoint.every_n_steps=0", env={"SLOW_AFTER_STEP": "5"})
+    _when(proc, lambda: step.exists() and int(step.read_text() or 0) >= 8, "step 8")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == FAULT_EXIT
+    line = _fault_line(err)
+    written = read_checkpoint(run / "checkpoints" / "last.ckpt")
+    assert 8 <= written["global_step"] < 24  # mid-epoch 0: only the signal wrote it
+    assert "SIGTERM received" in line
+    assert f"{run / 'checkpoints' / 'last.ckpt'} (epoch 0, step {written['global_step']})" in line
+    code, err = _run(tmp_path / "again", data, *_resume_overrides(line))
+    assert code == 0, err[-3000:]
+    assert _test_metrics(run) == _test_metrics(uninterrupted)
+    assert json.loads((run / "results.json").read_text())["val_curve"] == \
+        json.loads((uninterrupted / "results.json").read_text())["val_curve"]
+
+
+def test_a_cell_of_a_grid_is_continued_by_the_grids_own_command(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from hydra.core.hydra_config import HydraConfig
+
+    from captioning.lit import faults
+
+    def hydra(name: str, task: list[str]):
+        return lambda: SimpleNamespace(job=SimpleNamespace(config_name=name),
+                                       overrides=SimpleNamespace(task=task))
+
+    monkeypatch.setattr(HydraConfig, "get", hydra("compare", ["experiment=cross_modal_quick"]))
+    assert faults.continue_command(tmp_path) == "python scripts/compare.py experiment=cross_modal_quick"
+    monkeypatch.setattr(HydraConfig, "get", hydra("train", ["attention=dot", "resume=old"]))
+    assert faults.continue_command(tmp_path) == f"python train.py attention=dot resume={tmp_path}"

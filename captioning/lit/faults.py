@@ -1,8 +1,9 @@
 """Faults a run meets while it works, each said in one line (errors.RunFault): a write that
 fails (full disk, quota, read-only or failing storage), a feature store changed under the run, a
-data-loading worker killed by the system. The line names the path and what the error means, the
-space needed where it is known, the last good checkpoint and the command that continues the run;
-anything else is a bug and keeps its traceback."""
+data-loading worker killed by the system, and a stop signal (SIGTERM: what SLURM, Kubernetes and
+spot instances send first), on which the run checkpoints where it stands. The line names the
+path and what the error means, the space needed where it is known, the last good checkpoint and
+the command that continues the run; anything else is a bug and keeps its traceback."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import pytorch_lightning as pl
+from pytorch_lightning.callbacks import Callback
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from ..data.store import StoreChanged
 from ..errors import RunFault, exception_chain
@@ -101,26 +106,54 @@ def resume_command(out: Path, overrides: list[str]) -> str:
     return shlex.join(["python", "train.py", *kept, f"resume={out}"])
 
 
-def _overrides() -> list[str]:
+def continue_command(out: Path) -> str:
+    """The command that continues: train.py's with resume=<run>, or, for a run that is a cell of
+    a comparison grid (scripts/compare.py), the grid's own command (its cells resume)."""
     from hydra.core.hydra_config import HydraConfig
 
     try:
-        return list(HydraConfig.get().overrides.task)
+        hydra = HydraConfig.get()
     except ValueError:  # called without Hydra (tests, a notebook): no overrides to repeat
-        return []
+        return resume_command(out, [])
+    overrides = list(hydra.overrides.task)
+    if hydra.job.config_name == "compare":
+        return shlex.join(["python", "scripts/compare.py", *overrides])
+    return resume_command(out, overrides)
+
+
+class CheckpointOnStop(Callback):
+    """On SIGTERM Lightning ends its loops with SIGTERMException, a SystemExit of status 0 that a
+    scheduler would take for success. This writes last.ckpt where training stands (between two
+    steps: what a resume continues from exactly), then reported_faults says so and exits 75.
+    During validation nothing is written: the last checkpoint before it stands."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                     exception: BaseException) -> None:
+        if isinstance(exception, SIGTERMException) and trainer.training and not trainer.sanity_checking:
+            trainer.save_checkpoint(self.path)
 
 
 @contextmanager
 def reported_faults(out: Path) -> Iterator[None]:
-    """Inside: a fault of the surroundings leaves as a RunFault whose one line says what
-    happened, the last good checkpoint and how to continue; anything else passes unchanged."""
+    """Inside: a fault of the surroundings (or SIGTERM) leaves as a RunFault whose one line says
+    what happened, the last good checkpoint and how to continue; anything else passes unchanged."""
     try:
         yield
+    except SIGTERMException as err:
+        raise _fault(out, "SIGTERM received (a scheduler's stop, a pre-emption or `kill`)",
+                     "continue with") from err
     except Exception as err:  # noqa: BLE001  (classified below; the rest re-raised as it was)
         what = describe(err)
         if what is None:
             raise
-        good = last_good(out)
-        then = (f"once it is fixed, continue with: {resume_command(out, _overrides())}"
-                if not good.startswith("none") else "once it is fixed, run the same command again")
-        raise RunFault(f"run stopped: {what}. Last good checkpoint: {good}; {then}") from err
+        raise _fault(out, what, "once it is fixed, continue with") from err
+
+
+def _fault(out: Path, what: str, then: str) -> RunFault:
+    good = last_good(out)
+    how = (f"{then}: {continue_command(out)}" if not good.startswith("none")
+           else "then run the same command again")
+    return RunFault(f"run stopped: {what}. Last good checkpoint: {good}; {how}")

@@ -27,7 +27,7 @@ from .config_check import check_config
 from .console import quiet_lightning, summary_table
 from .curve import snapshot_path
 from .datamodule import CaptionDataModule
-from .faults import reported_faults
+from .faults import CheckpointOnStop, reported_faults
 from .loggers import finish_wandb, run_loggers
 from .mixed import BF16Mixed
 from .module import CaptioningModule
@@ -95,7 +95,8 @@ def _fit_and_test(cfg: DictConfig, plain: dict, out: Path, resume_ckpt: Path | N
     trainer_cfg["precision"], precision_source = _precision(trainer_cfg, plain, run_info, module,
                                                             datamodule)
     log.info("training precision: %s (%s)", trainer_cfg["precision"], precision_source)
-    trainer = build_trainer(trainer_cfg, callbacks=run_cbs.all, logger=loggers or False)
+    trainer = build_trainer(trainer_cfg, logger=loggers or False,
+                            callbacks=[*run_cbs.all, CheckpointOnStop(out / "checkpoints" / "last.ckpt")])
     wandb_ids = [lg.experiment.id for lg in loggers if isinstance(lg, WandbLogger)]
     machines = [*run_info.get("machines", []), cpu_kind()]  # every machine a part of this run trained on
     if trainer.is_global_zero:
