@@ -287,10 +287,12 @@ class GridRunner:
         return {c: d for c in cells
                 if ((d := self.directory(self.resolve(c))) / "results.json").exists()}
 
-    def run(self, cells: list[Cell], executor=None) -> dict[Cell, Path]:
-        """Train every cell that has no results.json yet, here or as jobs of a submitit
+    def run(self, cells: list[Cell], executor=None, workers: int = 1) -> dict[Cell, Path]:
+        """Train every cell that has no results.json yet, here, `workers` at once on this
+        machine (compare/workers.py: the failures in self.failed) or as jobs of a submitit
         `executor` (compare/executor.py); -> {cell: its directory}."""
         dirs: dict[Cell, Path] = {}
+        self.failed: list[str] = []
         todo = []
         for cell in cells:
             target = self.resolve(cell)
@@ -301,7 +303,7 @@ class GridRunner:
         done = len({d for d in dirs.values()}) - len(todo)
         log.info("grid: %d cells, %d distinct runs, %d finished, %d to train",
                  len(cells), len(set(dirs.values())), done, len(todo))
-        configs = []
+        configs, parallel = [], []
         for out in {d for d in dirs.values() if (d / "results.json").exists()}:
             cell_config(out, save=True)  # finished: make sure its cell.json exists (older grids lacked it)
         for k, cell in enumerate(todo, 1):
@@ -310,6 +312,9 @@ class GridRunner:
             step = f"[{k}/{len(todo)}]"
             if executor is not None:
                 configs.append(self._prepare(cfg, out, step, cell.label))
+                continue
+            if workers > 1:
+                parallel.append((cell, self._prepare(cfg, out, step, cell.label), out))
                 continue
             lock = CellLock(out)
             if (holder := lock.try_take()) is not None:
@@ -323,6 +328,10 @@ class GridRunner:
                 train(self._prepare(cfg, out, step, cell.label))
             finally:
                 lock.release()
+        if parallel:
+            from .workers import run_parallel
+
+            self.failed = run_parallel(parallel, workers, self.root / ".submitit")
         if executor is not None and configs:
             with executor.batch():  # one job array
                 jobs = [executor.submit(train, cfg) for cfg in configs]

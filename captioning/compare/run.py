@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from ..benchmark import BenchConfig, run_benchmark
 from ..data.prepare import load_dataset_records
 from ..device import configure_cpu
-from ..errors import UserError
+from ..errors import RunFault, UserError
 from ..gallery import build_gallery
 from ..schema import completed
 from ..schema.fields import REQUIRED
@@ -61,6 +61,18 @@ def _throughput(spec: dict) -> dict:
 
 def run_comparison(cfg: DictConfig, overrides: list[str],
                    compose: Callable[[list[str]], DictConfig]) -> Path | None:
+    """_compare below; cells that failed (compare.workers) are named after the report
+    of the others, and the command exits non-zero."""
+    failed: list[str] = []
+    out = _compare(cfg, overrides, compose, failed)
+    if failed:
+        raise RunFault(f"grid: {len(failed)} cell(s) failed (the report holds the others); fix "
+                       "them and run the same command again:\n  - " + "\n  - ".join(failed))
+    return out
+
+
+def _compare(cfg: DictConfig, overrides: list[str],
+             compose: Callable[[list[str]], DictConfig], failed: list[str]) -> Path | None:
     """cfg: the composed train config with a `compare` block (an experiment preset);
     overrides: the user's command-line overrides, applied to every cell; compose(overrides)
     -> a cell's train config. Returns the report directory (None: no finished cell)."""
@@ -85,10 +97,11 @@ def run_comparison(cfg: DictConfig, overrides: list[str],
     start = time.time()
     if spec["train"]:
         executor = make_executor(spec["executor"], root / ".submitit", spec["slurm"])
-        if spec["lrs"] and spec["bracket"] and executor is None:  # a sweep, cell by cell here
-            dirs = train_bracketed(runner, cells, [float(lr) for lr in spec["lrs"]])
-        else:  # every cell (a cluster's jobs are submitted at once)
-            dirs = runner.run(cells, executor)
+        if spec["lrs"] and spec["bracket"] and executor is None and spec["workers"] == 1:
+            dirs = train_bracketed(runner, cells, [float(lr) for lr in spec["lrs"]])  # cell by cell
+        else:  # every cell (a cluster's jobs are submitted at once; workers: N at a time)
+            dirs = runner.run(cells, executor, spec["workers"])
+            failed += runner.failed
     else:  # report only: the cells that exist
         dirs = runner.finished(cells)
     train_s = time.time() - start

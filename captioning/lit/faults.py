@@ -68,8 +68,10 @@ def _worker_death(match: re.Match) -> str:
     if signal:
         why = SIGNALS.get(signal.strip(), f"signal {signal.strip()}")
         how = f"was killed by {why}"
-    else:
-        how = "exited unexpectedly" + (f" with exit code {code}" if code else "")
+    else:  # (torch's message when it found the worker gone before its signal handler did)
+        how = ("exited unexpectedly" + (f" with exit code {code}" if code else "")
+               + " (killed by the system, most often the out-of-memory killer: `dmesg | grep -i "
+               "oom` says, or crashed)")
     return (f"a data-loading worker (pid {pid.strip()}) {how}; try fewer workers "
             "(data.num_workers=0 reads in the training process), a smaller data.batch_size, or "
             "more memory")

@@ -268,6 +268,9 @@ class Compare:
     gallery: Any = None             # null, or GalleryCells (Any: OmegaConf cannot merge a command-line
                                     # dict into a null structured field; schema.choose types it)
     executor: str = setting("local", one_of(*EXECUTORS))
+    # local: cells at once on this machine, each its own process (compare/workers.py): on its
+    # own GPU, or on cores // workers threads where trainer.num_threads leaves them free
+    workers: int = setting(1, at_least(1))
     slurm: dict[str, Any] = setting({})
 
 

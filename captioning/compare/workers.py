@@ -1,0 +1,165 @@
+"""Cells in parallel on one machine (`compare.workers=N`): each cell a submitit local job, its
+own process, at most N at once; on a GPU machine each on its own GPU (several per GPU when N
+exceeds them), else each on its share of the cores. Workers share the feature store on disk
+(memory-mapped, built once under its lock), never a copy each.
+
+A cell that fails is named with its log and the others go on; a worker killed with `kill -9`
+fails only its cell, which the next run resumes from its checkpoint; SIGTERM to the grid
+reaches every running cell (each checkpoints where it stands and stops). One progress line
+after every change: cells done, running, left, failed, and an ETA from the finished cells' own
+times."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from ..errors import UserError
+from .grid import Cell
+from .lock import LOCK, CellLock
+
+log = logging.getLogger(__name__)
+
+POLL_S = 1.0
+TIMEOUT_MIN = 7 * 24 * 60  # a cell runs until it finishes (the local executor's default is 2 min)
+
+
+def cell_job(cfg: DictConfig, out: Path) -> str:
+    """A cell in its job's process, under its lock (another process may work the same grid)."""
+    from ..lit import train
+
+    lock = CellLock(out)
+    if (holder := lock.try_take()) is not None:
+        return f"being trained by {holder} ({out / LOCK}); skipped here"
+    try:
+        if (out / "results.json").exists():
+            return "finished by another process meanwhile"
+        train(cfg)
+        return "trained"
+    finally:
+        lock.release()
+
+
+def threads_per_cell(cfgs: list[DictConfig], workers: int, cores: int | None = None) -> int:
+    """Torch threads for each cell: the config's own (trainer.num_threads, a hashed setting: it
+    is never changed here) or, where it leaves them free, an equal share of the cores. Refused
+    when the workers would run more threads than there are cores."""
+    cores = cores or os.cpu_count() or 1
+    fixed = {int(c.trainer.num_threads) for c in cfgs if c.trainer.get("num_threads")}
+    share = max(1, cores // workers)
+    threads = max(fixed) if fixed else share
+    if workers * threads > cores:
+        raise UserError(f"compare.workers={workers} x trainer.num_threads={threads} is more threads "
+                        f"than the {cores} cores: lower compare.workers to {max(1, cores // threads)}")
+    return threads
+
+
+def _what_failed(err: BaseException) -> str:
+    """The cell's own error line (its exception, as submitit reports it), else submitit's."""
+    if type(err).__name__ == "UncompletedJobError":  # no result: the process itself died
+        return ("its process died without a result (killed: kill -9, or the out-of-memory "
+                "killer); the next run resumes it from its checkpoint")
+    lines = str(err).strip().splitlines()
+    own = [ln.strip() for ln in lines if re.match(r"\s*[\w.]*(Error|Exception|Fault)\b:?", ln)]
+    return (own[-1] if own else lines[0] if lines else type(err).__name__)[:300]
+
+
+@dataclass
+class Running:
+    job: object
+    cell: Cell
+    out: Path
+    started: float
+
+
+@dataclass
+class Progress:
+    total: int
+    done: int = 0
+    failed: list[str] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)  # finished cells' wall seconds
+
+    def line(self, running: int, left: int, workers: int) -> str:
+        eta = ""
+        if self.times and (running or left):
+            per_cell = sum(self.times) / len(self.times)
+            eta = f"; ETA {per_cell * (running + left) / workers / 60:.0f} min"
+        return (f"grid: {self.done}/{self.total} done, {running} running, {left} left, "
+                f"{len(self.failed)} failed{eta}")
+
+
+def run_parallel(todo: list[tuple[Cell, DictConfig, Path]], workers: int, folder: Path,
+                 gpus: int | None = None, job=cell_job) -> list[str]:
+    """Train `todo`'s cells (cell, its prepared config, its dir) with up to `workers` jobs at
+    once (each `job(cfg, out)` in its own process; gpus: None counts them) -> the failures, each
+    "label: what (log)". SIGTERM stops the grid with a RunFault once every running cell has
+    checkpointed."""
+    try:
+        import submitit
+    except ImportError:
+        raise UserError('compare.workers needs submitit: pip install -e ".[cluster]"') from None
+    from ..errors import RunFault
+
+    if gpus is None:
+        import torch
+
+        gpus = torch.cuda.device_count()
+    threads = threads_per_cell([c for _, c, _ in todo], workers) if not gpus else None
+    executor = submitit.LocalExecutor(folder=str(folder))
+    queue, running, progress = list(todo), {}, Progress(len(todo))
+    stopping: list[int] = []
+
+    def stop(signum, frame) -> None:  # forwarded to each cell: it checkpoints and stops
+        stopping.append(signum)
+        for r in running.values():
+            r.job._process.send_signal(signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        while queue or running:
+            while queue and len(running) < workers and not stopping:
+                slot = min(set(range(workers)) - set(running))
+                cell, cfg, out = queue.pop(0)
+                params = {"timeout_min": TIMEOUT_MIN, "signal_delay_s": 120}
+                if gpus:  # its own GPU; several cells per GPU when workers exceed them
+                    params.update(gpus_per_node=1, visible_gpus=[slot % gpus])
+                else:
+                    params["setup"] = [f"export OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads}"]
+                executor.update_parameters(**params)
+                running[slot] = Running(executor.submit(job, cfg, out), cell, out, time.time())
+                log.info("grid: %s started (worker %d%s) -> %s", cell.label, slot,
+                         f", GPU {slot % gpus}" if gpus else f", {threads} threads", out)
+                log.info("%s", progress.line(len(running), len(queue), workers))
+            time.sleep(POLL_S)
+            for slot, r in list(running.items()):
+                if not r.job.done():
+                    continue
+                del running[slot]
+                try:
+                    state = r.job.result()
+                    progress.done += 1
+                    if state == "trained":
+                        progress.times.append(time.time() - r.started)
+                    else:
+                        log.info("grid: %s %s", r.cell.label, state)
+                except Exception as err:  # noqa: BLE001  (named and counted; the others go on)
+                    if stopping:
+                        continue  # stopped by the signal: it checkpointed, it did not fail
+                    what = _what_failed(err)
+                    progress.failed.append(f"{r.cell.label}: {what} (log: {r.job.paths.stderr})")
+                    log.error("grid: %s failed: %s (log: %s)", r.cell.label, what, r.job.paths.stderr)
+                log.info("%s", progress.line(len(running), len(queue), workers))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if stopping:
+        raise RunFault(f"grid stopped: SIGTERM received; {len(progress.times)} cells finished, the "
+                       "running ones checkpointed where they stood; run the same command again to "
+                       "continue (each cell resumes from its checkpoint)")
+    return sorted(progress.failed)

@@ -1,0 +1,78 @@
+"""compare.workers: cells in parallel on one machine through submitit's local executor, each
+in its own process, on its own GPU or its share of the cores; a failing or killed cell is named
+and the others go on."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from captioning.compare.grid import Cell
+from captioning.compare.workers import Progress, run_parallel, threads_per_cell
+from captioning.errors import UserError
+
+pytest.importorskip("submitit")
+TESTS = str(Path(__file__).resolve().parent)
+
+
+def _todo(tmp_path: Path, specs: list[dict]) -> list:
+    return [(Cell("lstm", "matched", "additive", k), OmegaConf.create({"trainer": {"num_threads": 1}, **s}),
+             tmp_path / f"cell{k}") for k, s in enumerate(specs)]
+
+
+@pytest.fixture
+def jobs(monkeypatch):
+    from worker_jobs import record_cell  # noqa: F401  (importable here and in the jobs)
+
+    monkeypatch.syspath_prepend(TESTS)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
+    import worker_jobs
+
+    return worker_jobs.record_cell
+
+
+def _read(tmp_path: Path, k: int) -> dict:
+    return json.loads((tmp_path / f"cell{k}" / "results.json").read_text())
+
+
+def test_two_workers_on_two_gpus_each_see_their_own(tmp_path, jobs):
+    """Four cells, two workers, two (simulated) GPUs: never more than two at once, and the two
+    at once see different devices."""
+    failed = run_parallel(_todo(tmp_path, [{}] * 4), 2, tmp_path / "sub", gpus=2, job=jobs)
+    assert failed == []
+    runs = [_read(tmp_path, k) for k in range(4)]
+    assert {r["gpus"] for r in runs} == {"0", "1"} and len({r["pid"] for r in runs}) == 4
+    for a in runs:
+        together = [b for b in runs if b is not a and b["start"] < a["end"] and a["start"] < b["end"]]
+        assert len(together) <= 1  # two workers: at most one other cell at a time
+        assert all(b["gpus"] != a["gpus"] for b in together)
+    assert any(b["start"] < runs[0]["end"] for b in runs[1:])  # they did run at once
+
+
+def test_a_broken_or_killed_cell_is_named_and_the_others_finish(tmp_path, jobs):
+    specs = [{}, {"broken": "attention.nonsense=1"}, {"die": True}, {}]
+    failed = run_parallel(_todo(tmp_path, specs), 2, tmp_path / "sub", gpus=0, job=jobs)
+    assert len(failed) == 2
+    assert failed[0].startswith("lstm/matched/additive/s1: ") and "broken setting" in failed[0]
+    assert failed[1].startswith("lstm/matched/additive/s2: its process died") and "(log: " in failed[1]
+    assert Path(failed[1].split("(log: ")[1].rstrip(")")).is_file()
+    assert [(tmp_path / f"cell{k}" / "results.json").exists() for k in range(4)] == [True, False, False, True]
+    assert _read(tmp_path, 0)["threads"] == "1"  # the config's own thread count, in the job's env
+
+
+def test_workers_never_run_more_threads_than_cores():
+    cfgs = [OmegaConf.create({"trainer": {"num_threads": 2}})]
+    assert threads_per_cell(cfgs, 2, cores=4) == 2
+    with pytest.raises(UserError, match="lower compare.workers to 1"):
+        threads_per_cell(cfgs, 2, cores=2)
+    free = [OmegaConf.create({"trainer": {"num_threads": None}})]
+    assert threads_per_cell(free, 2, cores=8) == 4  # a share of the cores where the config leaves it
+
+
+def test_the_progress_line_counts_and_estimates():
+    p = Progress(total=10, done=4, times=[60.0, 60.0])
+    assert p.line(running=2, left=4, workers=2) == "grid: 4/10 done, 2 running, 4 left, 0 failed; ETA 3 min"

@@ -1,0 +1,23 @@
+"""Stand-ins for a cell's training, run by tests/test_workers.py in compare.workers' job
+processes (importable there through PYTHONPATH): each records what its process sees."""
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+
+def record_cell(cfg, out) -> str:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    if cfg.get("die"):
+        os.kill(os.getpid(), signal.SIGKILL)  # what the out-of-memory killer does
+    time.sleep(float(cfg.get("sleep", 1.5)))
+    if cfg.get("broken"):
+        raise ValueError(f"a broken setting: {cfg.broken}")
+    (out / "results.json").write_text(json.dumps({
+        "pid": os.getpid(), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "threads": os.environ.get("OMP_NUM_THREADS"), "start": start, "end": time.time()}))
+    return "trained"
