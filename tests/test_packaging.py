@@ -18,7 +18,8 @@ def test_the_package_list_is_the_source_tree():
     """pyproject.toml lists the packages (the configs ride along as captioning.conf): a new
     subpackage missing from the list would be left out of an install."""
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "captioning").rglob("__init__.py")}
+    found = {".".join(p.parent.relative_to(ROOT).parts) for top in ("captioning", "hydra_plugins")
+             for p in (ROOT / top).rglob("__init__.py")}
     assert listed == found | {"captioning.conf"}
 
 

@@ -287,10 +287,12 @@ class GridRunner:
         return {c: d for c in cells
                 if ((d := self.directory(self.resolve(c))) / "results.json").exists()}
 
-    def run(self, cells: list[Cell], executor=None, workers: int = 1) -> dict[Cell, Path]:
+    def run(self, cells: list[Cell], executor=None, workers: int = 1,
+            on_change: Callable[[dict[Cell, Path], set[str]], None] | None = None) -> dict[Cell, Path]:
         """Train every cell that has no results.json yet, here, `workers` at once on this
         machine (compare/workers.py: the failures in self.failed) or as jobs of a submitit
-        `executor` (compare/executor.py); -> {cell: its directory}."""
+        `executor` (compare/executor.py); on_change(dirs, failed labels) whenever a cell starts
+        or ends (the grid's wandb table); -> {cell: its directory}."""
         dirs: dict[Cell, Path] = {}
         self.failed: list[str] = []
         todo = []
@@ -303,6 +305,8 @@ class GridRunner:
         done = len({d for d in dirs.values()}) - len(todo)
         log.info("grid: %d cells, %d distinct runs, %d finished, %d to train",
                  len(cells), len(set(dirs.values())), done, len(todo))
+        changed = on_change or (lambda dirs, failed: None)
+        changed(dirs, set())
         configs, parallel = [], []
         for out in {d for d in dirs.values() if (d / "results.json").exists()}:
             cell_config(out, save=True)  # finished: make sure its cell.json exists (older grids lacked it)
@@ -325,13 +329,16 @@ class GridRunner:
                 if (out / "results.json").exists():  # under the lock: no race with its writer
                     log.info("grid: %s was finished by another process meanwhile; skipped", cell.label)
                     continue
+                changed(dirs, set())
                 train(self._prepare(cfg, out, step, cell.label))
             finally:
                 lock.release()
+            changed(dirs, set())
         if parallel:
             from .workers import run_parallel
 
-            self.failed = run_parallel(parallel, workers, self.root / ".submitit")
+            self.failed = run_parallel(parallel, workers, self.root / ".submitit",
+                                       on_change=lambda failed: changed(dirs, failed))
         if executor is not None and configs:
             with executor.batch():  # one job array
                 jobs = [executor.submit(train, cfg) for cfg in configs]

@@ -1,4 +1,4 @@
-"""One trainer per cell: two grid processes over one results root (two lanes on one machine,
+"""One trainer per cell: two grid processes over one results root (several on one machine,
 jobs on a shared disk) must not train the same cell at once, nor redo a cell another process
 finished after this one made its to-do list. A process training a cell holds an exclusive
 flock on the cell's lock file; the kernel drops it when the process exits or is killed, so a
@@ -37,19 +37,38 @@ class CellLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            try:
-                held = json.loads(os.read(fd, 4096) or b"{}")
-            except ValueError:  # its holder is writing it right now
-                held = {}
+            holder = _named(fd)
             os.close(fd)
-            return f"{held.get('host', '?')} pid {held.get('pid', '?')} since {held.get('since', '?')}"
+            return holder
         os.ftruncate(fd, 0)
         os.write(fd, json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
                                  "since": time.strftime("%Y-%m-%d %H:%M:%S")}).encode())
         self._fd = fd
         return None
 
+    def holder(self) -> str | None:
+        """Who holds the cell now (None: nobody), without taking it or creating the file."""
+        if fcntl is None or not self.path.is_file():
+            return None
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # refused while a trainer holds it
+        except BlockingIOError:
+            return _named(fd)
+        finally:
+            os.close(fd)
+        return None
+
     def release(self) -> None:
         if self._fd is not None:
             os.close(self._fd)  # closing the descriptor drops the flock
             self._fd = None
+
+
+def _named(fd: int) -> str:
+    """The holder a lock file names, in words."""
+    try:
+        held = json.loads(os.read(fd, 4096) or b"{}")
+    except ValueError:  # its holder is writing it right now
+        held = {}
+    return f"{held.get('host', '?')} pid {held.get('pid', '?')} since {held.get('since', '?')}"

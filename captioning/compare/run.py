@@ -24,6 +24,7 @@ from .curves import save_curves, save_sweep_curves
 from .executor import make_executor
 from .grid import Cell, GridRunner, expand_grid, group_of
 from .report import build_markdown, build_report, save_plots
+from .status import GridBoard, grid_status, status_text
 from .sweep import add_margins, sweep_markdown, sweep_report, train_bracketed
 
 log = logging.getLogger(__name__)
@@ -94,13 +95,24 @@ def _compare(cfg: DictConfig, overrides: list[str],
     runner = _runner(spec, compose, overrides)
     root = runner.root
     cells = at_chosen_rates(spec, expand_grid(spec))
+    if spec["status"]:  # where the grid stands; nothing trained, nothing written
+        dirs = {c: runner.directory(runner.resolve(c)) for c in cells}
+        print(status_text(spec["name"], root, grid_status(cells, dirs)))
+        return None
     start = time.time()
+    # the grid's wandb table: cells in other processes (a cell trained in this one would end
+    # this process's wandb run when it starts its own)
+    board = _grid_board(cfg, spec, cells) if spec["train"] and spec["workers"] > 1 else None
     if spec["train"]:
         executor = make_executor(spec["executor"], root / ".submitit", spec["slurm"])
         if spec["lrs"] and spec["bracket"] and executor is None and spec["workers"] == 1:
             dirs = train_bracketed(runner, cells, [float(lr) for lr in spec["lrs"]])  # cell by cell
         else:  # every cell (a cluster's jobs are submitted at once; workers: N at a time)
-            dirs = runner.run(cells, executor, spec["workers"])
+            try:
+                dirs = runner.run(cells, executor, spec["workers"], board and board.update)
+            finally:
+                if board is not None:
+                    board.finish()
             failed += runner.failed
     else:  # report only: the cells that exist
         dirs = runner.finished(cells)
@@ -288,6 +300,20 @@ def _test_references(cfg: DictConfig) -> dict:
     """{image_id: [reference token lists]} of the test split: what the report scores against."""
     records, _, _ = load_dataset_records(OmegaConf.to_container(cfg.data, resolve=True))
     return {r.image_id: r.captions for r in records if r.split == "test"}
+
+
+def _grid_board(cfg: DictConfig, spec: dict, cells: list[Cell]) -> GridBoard | None:
+    """With logger=wandb, the grid's own run (its cells' table, updated as they start and end)."""
+    if "wandb" not in (cfg.logger or {}):
+        return None
+    from ..lit.loggers import wandb_logger
+
+    settings = OmegaConf.to_container(cfg.logger.wandb, resolve=True)
+    settings.pop("_target_", None)
+    settings["save_dir"] = str(Path(spec["root"]) / spec["name"])  # beside its cells
+    logger = wandb_logger(**{**settings, "name": f"grid-{spec['name']}", "group": "compare",
+                             "job_type": "grid", "tags": ["grid", spec["name"]]})
+    return None if logger is None else GridBoard(logger, cells)
 
 
 def _wandb_summary(cfg, spec, report, markdown, plots, out: Path) -> None:

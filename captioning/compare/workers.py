@@ -16,6 +16,7 @@ import os
 import re
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,14 +73,6 @@ def _what_failed(err: BaseException) -> str:
 
 
 @dataclass
-class Running:
-    job: object
-    cell: Cell
-    out: Path
-    started: float
-
-
-@dataclass
 class Progress:
     total: int
     done: int = 0
@@ -95,69 +88,108 @@ class Progress:
                 f"{len(self.failed)} failed{eta}")
 
 
-def run_parallel(todo: list[tuple[Cell, DictConfig, Path]], workers: int, folder: Path,
-                 gpus: int | None = None, job=cell_job) -> list[str]:
-    """Train `todo`'s cells (cell, its prepared config, its dir) with up to `workers` jobs at
-    once (each `job(cfg, out)` in its own process; gpus: None counts them) -> the failures, each
-    "label: what (log)". SIGTERM stops the grid with a RunFault once every running cell has
-    checkpointed."""
-    try:
-        import submitit
-    except ImportError:
-        raise UserError('compare.workers needs submitit: pip install -e ".[cluster]"') from None
-    from ..errors import RunFault
+def slot_parameters(slot: int, gpus: int, threads: int | None) -> dict:
+    """submitit local parameters of the job in `slot`: its own GPU (several jobs per GPU when
+    the slots exceed them), else its share of the cores."""
+    params = {"timeout_min": TIMEOUT_MIN, "signal_delay_s": 120}
+    if gpus:
+        params.update(gpus_per_node=1, visible_gpus=[slot % gpus])
+    else:
+        params["setup"] = [f"export OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads}"]
+    return params
 
-    if gpus is None:
-        import torch
 
-        gpus = torch.cuda.device_count()
-    threads = threads_per_cell([c for _, c, _ in todo], workers) if not gpus else None
-    executor = submitit.LocalExecutor(folder=str(folder))
-    queue, running, progress = list(todo), {}, Progress(len(todo))
-    stopping: list[int] = []
+def gpu_count() -> int:
+    import torch
 
-    def stop(signum, frame) -> None:  # forwarded to each cell: it checkpoints and stops
+    return torch.cuda.device_count()
+
+
+def run_pool(executor, todo: list, workers: int, gpus: int, threads: int | None,
+             submit: Callable, finished: Callable, stopping: list[int]) -> None:
+    """Keep up to `workers` of `todo` running: submit(item, slot) -> a job, once the slot's
+    parameters are set on `executor` (a submitit LocalExecutor); finished(item, job) as each
+    ends. SIGTERM to this process reaches every running job (each checkpoints and stops),
+    starts no new one, and is appended to `stopping` (the caller's: read it in `finished`)."""
+    queue, running = list(todo), {}
+
+    def stop(signum, frame) -> None:
         stopping.append(signum)
-        for r in running.values():
-            r.job._process.send_signal(signal.SIGTERM)
+        for _, job in running.values():
+            job._process.send_signal(signal.SIGTERM)
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
         while queue or running:
             while queue and len(running) < workers and not stopping:
                 slot = min(set(range(workers)) - set(running))
-                cell, cfg, out = queue.pop(0)
-                params = {"timeout_min": TIMEOUT_MIN, "signal_delay_s": 120}
-                if gpus:  # its own GPU; several cells per GPU when workers exceed them
-                    params.update(gpus_per_node=1, visible_gpus=[slot % gpus])
-                else:
-                    params["setup"] = [f"export OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads}"]
-                executor.update_parameters(**params)
-                running[slot] = Running(executor.submit(job, cfg, out), cell, out, time.time())
-                log.info("grid: %s started (worker %d%s) -> %s", cell.label, slot,
-                         f", GPU {slot % gpus}" if gpus else f", {threads} threads", out)
-                log.info("%s", progress.line(len(running), len(queue), workers))
+                item = queue.pop(0)
+                executor.update_parameters(**slot_parameters(slot, gpus, threads))
+                running[slot] = (item, submit(item, slot))
             time.sleep(POLL_S)
-            for slot, r in list(running.items()):
-                if not r.job.done():
-                    continue
-                del running[slot]
-                try:
-                    state = r.job.result()
-                    progress.done += 1
-                    if state == "trained":
-                        progress.times.append(time.time() - r.started)
-                    else:
-                        log.info("grid: %s %s", r.cell.label, state)
-                except Exception as err:  # noqa: BLE001  (named and counted; the others go on)
-                    if stopping:
-                        continue  # stopped by the signal: it checkpointed, it did not fail
-                    what = _what_failed(err)
-                    progress.failed.append(f"{r.cell.label}: {what} (log: {r.job.paths.stderr})")
-                    log.error("grid: %s failed: %s (log: %s)", r.cell.label, what, r.job.paths.stderr)
-                log.info("%s", progress.line(len(running), len(queue), workers))
+            for slot, (item, job) in list(running.items()):
+                if job.done():
+                    del running[slot]
+                    finished(item, job)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def run_parallel(todo: list[tuple[Cell, DictConfig, Path]], workers: int, folder: Path,
+                 gpus: int | None = None, job=cell_job,
+                 on_change: Callable[[set[str]], None] | None = None) -> list[str]:
+    """Train `todo`'s cells (cell, its prepared config, its dir) with up to `workers` jobs at
+    once (each `job(cfg, out)` in its own process; gpus: None counts them) -> the failures, each
+    "label: what (log)"; on_change(failed labels) after each start and end. SIGTERM stops the
+    grid with a RunFault once every running cell has checkpointed."""
+    try:
+        import submitit
+    except ImportError:
+        raise UserError('compare.workers needs submitit: pip install -e ".[cluster]"') from None
+    from ..errors import RunFault
+
+    gpus = gpu_count() if gpus is None else gpus
+    threads = threads_per_cell([c for _, c, _ in todo], workers) if not gpus else None
+    executor = submitit.LocalExecutor(folder=str(folder))
+    progress, started = Progress(len(todo)), {}
+    stopping: list[int] = []
+
+    failed_labels: set[str] = set()
+
+    def line() -> str:
+        if on_change is not None:
+            on_change(failed_labels)
+        return progress.line(len(started), len(todo) - progress.done - len(progress.failed)
+                             - len(started), workers)
+
+    def submit(item: tuple[Cell, DictConfig, Path], slot: int):
+        cell, cfg, out = item
+        started[cell] = time.time()
+        log.info("grid: %s started (worker %d%s) -> %s", cell.label, slot,
+                 f", GPU {slot % gpus}" if gpus else f", {threads} threads", out)
+        log.info("%s", line())
+        return executor.submit(job, cfg, out)
+
+    def finished(item: tuple[Cell, DictConfig, Path], done) -> None:
+        cell = item[0]
+        began = started.pop(cell)
+        try:
+            state = done.result()
+            progress.done += 1
+            if state == "trained":
+                progress.times.append(time.time() - began)
+            else:
+                log.info("grid: %s %s", cell.label, state)
+        except Exception as err:  # noqa: BLE001  (named and counted; the others go on)
+            if stopping:
+                return  # stopped by the signal: it checkpointed, it did not fail
+            what = _what_failed(err)
+            progress.failed.append(f"{cell.label}: {what} (log: {done.paths.stderr})")
+            failed_labels.add(cell.label)
+            log.error("grid: %s failed: %s (log: %s)", cell.label, what, done.paths.stderr)
+        log.info("%s", line())
+
+    run_pool(executor, todo, workers, gpus, threads, submit, finished, stopping)
     if stopping:
         raise RunFault(f"grid stopped: SIGTERM received; {len(progress.times)} cells finished, the "
                        "running ones checkpointed where they stood; run the same command again to "

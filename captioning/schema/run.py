@@ -264,6 +264,8 @@ class Compare:
     throughput_from: str | None = None
     bootstrap_samples: int = setting(1000, at_least(1))
     train: bool = True
+    # print each cell's state (finished, running, interrupted, waiting) from compare.root and stop
+    status: bool = False
     sections: list[str] = setting([])
     gallery: Any = None             # null, or GalleryCells (Any: OmegaConf cannot merge a command-line
                                     # dict into a null structured field; schema.choose types it)

@@ -1,0 +1,92 @@
+"""Where a grid stands, read from its results folder without training anything
+(`python scripts/compare.py experiment=<name> compare.status=true`), and the same rows for the
+grid's wandb run while it trains: each cell finished (its scores), running (its lock's holder),
+interrupted (its checkpoint: the next run resumes it) or waiting; a cell of this run whose job
+failed is `failed`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .grid import Cell
+from .lock import CellLock
+
+STATES = ("finished", "running", "interrupted", "failed", "waiting")
+
+
+def cell_state(out: Path) -> dict:
+    """A cell's state from its directory alone: {state, test_bleu4, val_best, wall_s, machine,
+    holder}; a query (it writes nothing, not even a lock file)."""
+    row: dict = {"state": "waiting", "test_bleu4": None, "val_best": None, "wall_s": None,
+                 "machine": None, "holder": None}
+    done = out / "results.json"
+    if done.is_file():
+        res = json.loads(done.read_text())
+        return {**row, "state": "finished", "test_bleu4": res.get("test/bleu4"),
+                "val_best": res.get("best_score"), "wall_s": res.get("wall_time_s"),
+                "machine": res.get("machine")}
+    if (holder := CellLock(out).holder()) is not None:
+        return {**row, "state": "running", "holder": holder}
+    if any((out / "checkpoints").glob("*.ckpt")):
+        return {**row, "state": "interrupted"}
+    return row
+
+
+def grid_status(cells: list[Cell], dirs: dict[Cell, Path], failed: set[str] = frozenset()) -> list[dict]:
+    """One row per cell, in grid order; `failed`: labels whose job failed in this run."""
+    rows = []
+    for cell in cells:
+        row = {"cell": cell.label, "dir": str(dirs[cell]), **cell_state(dirs[cell])}
+        if cell.label in failed and row["state"] != "finished":
+            row["state"] = "failed"
+        rows.append(row)
+    return rows
+
+
+def status_counts(rows: list[dict]) -> dict[str, int]:
+    return {s: sum(r["state"] == s for r in rows) for s in STATES}
+
+
+def status_text(name: str, root: Path, rows: list[dict]) -> str:
+    """The table `compare.status=true` prints: a summary line, then a line per cell."""
+    counts = status_counts(rows)
+    head = f"grid {name} ({root}): {len(rows)} cells, " + ", ".join(
+        f"{n} {s}" for s, n in counts.items() if n)
+    width = max((len(r["cell"]) for r in rows), default=4)
+    lines = [head]
+    for r in rows:
+        if r["state"] == "finished":
+            score = "-" if r["test_bleu4"] is None else f"{r['test_bleu4']:.4f}"
+            what = f"test BLEU-4 {score}" + (f", {r['wall_s'] / 60:.0f} min" if r["wall_s"] else "")
+            what += f", {r['machine']}" if r["machine"] else ""
+        elif r["state"] == "running":
+            what = f"held by {r['holder']}"
+        elif r["state"] == "interrupted":
+            what = "has a checkpoint: the next run resumes it"
+        else:
+            what = ""
+        lines.append(f"  {r['cell']:<{width}}  {r['state']:<11}  {what}".rstrip())
+    lines.append(f"  (cells under {root / 'cells'})")
+    return "\n".join(lines)
+
+
+COLUMNS = ["cell", "state", "test_bleu4", "val_best", "wall_s", "machine"]
+
+
+class GridBoard:
+    """The grid's own wandb run (job_type 'grid', beside each cell's run): the table of its
+    cells with their state and score, and the counts, logged again at every change."""
+
+    def __init__(self, logger, cells: list[Cell]) -> None:
+        self.run, self.cells = logger.experiment, cells
+
+    def update(self, dirs: dict[Cell, Path], failed: set[str] = frozenset()) -> None:
+        import wandb
+
+        rows = grid_status([c for c in self.cells if c in dirs], dirs, failed)
+        table = wandb.Table(columns=COLUMNS, data=[[r[k] for k in COLUMNS] for r in rows])
+        self.run.log({"grid/cells": table, **{f"grid/{s}": n for s, n in status_counts(rows).items()}})
+
+    def finish(self) -> None:
+        self.run.finish()

@@ -1,0 +1,125 @@
+"""Where a grid stands without training anything (compare.status=true), and the same rows in
+the grid's wandb run while its workers train."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from captioning.compare.grid import Cell
+from captioning.compare.lock import LOCK, CellLock
+from captioning.compare.status import GridBoard, cell_state, grid_status, status_text
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cells(tmp_path: Path) -> tuple[list[Cell], dict[Cell, Path]]:
+    cells = [Cell("lstm", "matched", "additive", k) for k in range(5)]
+    dirs = {c: tmp_path / f"cell{c.seed}" for c in cells}
+    for d in dirs.values():
+        d.mkdir()
+    (dirs[cells[0]] / "results.json").write_text(json.dumps(
+        {"test/bleu4": 0.5, "best_score": 0.48, "wall_time_s": 600.0, "machine": "AMD EPYC"}))
+    (dirs[cells[2]] / "checkpoints").mkdir()
+    (dirs[cells[2]] / "checkpoints" / "last.ckpt").write_bytes(b"")
+    return cells, dirs
+
+
+def test_each_state_read_from_the_folder_alone(tmp_path):
+    cells, dirs = _cells(tmp_path)
+    lock = CellLock(dirs[cells[1]])
+    assert lock.try_take() is None  # a trainer holds cell 1
+    try:
+        rows = grid_status(cells, dirs, failed={cells[3].label})
+        held = cell_state(dirs[cells[1]])
+    finally:
+        lock.release()
+    assert [r["state"] for r in rows] == ["finished", "running", "interrupted", "failed", "waiting"]
+    assert rows[0]["test_bleu4"] == 0.5 and rows[0]["val_best"] == 0.48
+    assert "pid" in held["holder"]
+    assert cell_state(dirs[cells[1]])["state"] == "waiting"  # released: nobody holds it
+    assert not (dirs[cells[4]] / LOCK).exists()  # a query creates no lock file
+    text = status_text("g", tmp_path, rows)
+    assert text.splitlines()[0] == (f"grid g ({tmp_path}): 5 cells, 1 finished, 1 running, "
+                                    "1 interrupted, 1 failed, 1 waiting")
+    assert "test BLEU-4 0.5000, 10 min, AMD EPYC" in text and "the next run resumes it" in text
+
+
+def test_status_of_a_committed_grid_trains_and_writes_nothing(tmp_path):
+    """The committed convergence study: every grid cell finished, nothing written under results/."""
+    before = subprocess.run(["git", "status", "--porcelain", "results"], cwd=ROOT,
+                            capture_output=True, text=True).stdout
+    out = subprocess.run([sys.executable, "scripts/compare.py", "experiment=convergence_unpaired",
+                          "compare.status=true", "logger=none"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    first = out.stdout.splitlines()[0]
+    assert first.startswith("grid convergence (results/convergence): ") and first.endswith("finished")
+    n = int(first.split(": ")[1].split()[0])
+    assert n > 50 and f"{n} cells, {n} finished" in first
+    assert "training" not in out.stderr
+    assert subprocess.run(["git", "status", "--porcelain", "results"], cwd=ROOT,
+                          capture_output=True, text=True).stdout == before
+
+
+def test_the_grid_wandb_run_holds_the_table_of_cells(tmp_path, monkeypatch):
+    from test_wandb import read_run
+
+    from captioning.lit.loggers import wandb_logger
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    for var in ("cache", "config", "data"):
+        monkeypatch.setenv(f"WANDB_{var.upper()}_DIR", str(tmp_path / "wandb-home" / var))
+    cells, dirs = _cells(tmp_path)
+    logger = wandb_logger(save_dir=str(tmp_path / "board"), name="grid-g", job_type="grid")
+    board = GridBoard(logger, cells)
+    board.update(dirs, set())
+    (dirs[cells[4]] / "results.json").write_text(json.dumps({"test/bleu4": 0.4}))
+    board.update(dirs, {cells[3].label})
+    board.finish()
+    (run_dir,) = (tmp_path / "board" / "wandb").glob("offline-run-*")
+    steps = [r["history"]["item"] for r in read_run(run_dir) if r["type"] == "history"]
+    assert [s.get("grid/finished") for s in steps] == [1, 2]
+    assert [s.get("grid/failed") for s in steps] == [0, 1]
+    assert all(s.get("grid/cells._type") == "table-file" for s in steps)
+    tables = sorted((run_dir / "files" / "media" / "table" / "grid").glob("cells_*.table.json"),
+                    key=lambda f: int(f.name.split("_")[1]))
+    last = json.loads(tables[-1].read_text())
+    assert last["columns"][:3] == ["cell", "state", "test_bleu4"]
+    assert [row[1] for row in last["data"]] == ["finished", "waiting", "interrupted", "failed", "finished"]
+    assert last["data"][4][2] == 0.4
+
+
+def test_the_workers_report_each_change_with_the_failed_cells(tmp_path, monkeypatch):
+    pytest.importorskip("submitit")
+    from omegaconf import OmegaConf
+
+    tests = str(Path(__file__).resolve().parent)
+    monkeypatch.syspath_prepend(tests)
+    monkeypatch.setenv("PYTHONPATH", tests)
+    import worker_jobs
+
+    from captioning.compare.workers import run_parallel
+
+    todo = [(Cell("lstm", "matched", "additive", k),
+             OmegaConf.create({"trainer": {"num_threads": 1}, **s}), tmp_path / f"c{k}")
+            for k, s in enumerate([{"sleep": 0.2}, {"broken": "x", "sleep": 0.2}])]
+    seen: list[set[str]] = []
+    with caplog_off():
+        failed = run_parallel(todo, 2, tmp_path / "sub", gpus=0, job=worker_jobs.record_cell,
+                              on_change=lambda f: seen.append(set(f)))
+    assert len(failed) == 1 and seen[0] == set() and seen[-1] == {"lstm/matched/additive/s1"}
+    assert len(seen) == 4  # two starts, two ends
+
+
+class caplog_off:
+    def __enter__(self):
+        logging.disable(logging.INFO)
+
+    def __exit__(self, *exc):
+        logging.disable(logging.NOTSET)
