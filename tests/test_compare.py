@@ -1022,7 +1022,11 @@ def test_a_local_sweep_trains_only_the_rates_that_decide_each_choice(tmp_path, m
     is bracketed; a rate beyond it is never trained. Modes take turns."""
     import math
 
-    from captioning.compare.sweep import sweep_report, train_bracketed
+    from captioning.compare.plan import SweepPlan
+    from captioning.compare.sweep import sweep_report
+
+    def train_bracketed(runner, cells, lrs):
+        return runner.run_plan(SweepPlan(runner, cells, lrs))
 
     peaks = {"additive": 3e-3, "dot": 3e-4}  # validation peaks inside and at the low edge
     fake = FakeRuns()

@@ -351,6 +351,49 @@ class GridRunner:
                         "report (re-run it when they finish)", len(busy))
         return {c: d for c, d in dirs.items() if c not in busy}
 
+    def run_plan(self, plan, workers: int = 1,
+                 on_change: Callable[[dict[Cell, Path], set[str]], None] | None = None,
+                 job: Callable | None = None) -> dict[Cell, Path]:
+        """Train the cells a plan (compare/plan.py) makes ready, as they become ready: one at a
+        time here, or `workers` at once (a freed slot asks the plan again; job: what each
+        worker runs, compare.workers' cell_job unless given). A cell is tried once per run
+        (one that failed, or that another process holds, is not retried here). In parallel a
+        freed slot may start a rate that a cell still running would have made unneeded: the
+        cells finished are those the serial order needs, and perhaps a few more.
+        -> {cell: its directory} of the plan's finished cells."""
+        taken: set[Cell] = set()
+        self.failed = []
+        changed = on_change or (lambda dirs, failed: None)
+        if workers == 1:
+            while ready := plan.ready(taken):
+                taken.add(ready[0])
+                self.run([ready[0]], on_change=on_change)
+            return self.finished(plan.cells())
+        from .workers import cell_job, run_parallel
+
+        prepared: dict[Cell, tuple[Cell, DictConfig, Path]] = {}
+
+        def dirs() -> dict[Cell, Path]:
+            return {c: self.directory(self.resolve(c)) for c in plan.cells()}
+
+        def refill() -> list[tuple[Cell, DictConfig, Path]]:
+            items = []
+            for cell in plan.ready(taken):
+                if cell not in prepared:
+                    cfg, out = self.config(self.resolve(cell))
+                    out.mkdir(parents=True, exist_ok=True)
+                    prepared[cell] = (cell, self._prepare(cfg, out, "[plan]", cell.label), out)
+                items.append(prepared[cell])
+            return items
+
+        def submitted(item: tuple[Cell, DictConfig, Path]) -> None:
+            taken.add(item[0])
+
+        self.failed = run_parallel(refill(), workers, self.root / ".submitit", job=job or cell_job,
+                                   refill=refill, on_submit=submitted,
+                                   on_change=lambda failed: changed(dirs(), failed))
+        return self.finished(plan.cells())
+
     @staticmethod
     def _prepare(cfg: DictConfig, out: Path, step: str, label: str) -> DictConfig:
         """A cell's train config, ready to run: its cell.json written, and resuming from its

@@ -23,9 +23,10 @@ from .convergence import convergence_markdown, convergence_report, tally
 from .curves import save_curves, save_sweep_curves
 from .executor import make_executor
 from .grid import Cell, GridRunner, expand_grid, group_of
+from .plan import SweepPlan, SweepThenGrid
 from .report import build_markdown, build_report, save_plots
 from .status import GridBoard, grid_status, status_text
-from .sweep import add_margins, sweep_markdown, sweep_report, train_bracketed
+from .sweep import add_margins, sweep_markdown, sweep_report
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +95,17 @@ def _compare(cfg: DictConfig, overrides: list[str],
     _check_conditions(spec)
     runner = _runner(spec, compose, overrides)
     root = runner.root
-    cells = at_chosen_rates(spec, expand_grid(spec))
+    plan = _plan(spec, runner)
+    after_sweep = isinstance(plan, SweepThenGrid)
+    if after_sweep:  # the modes compare.rates leaves out take the rate their sweep chose
+        spec["rates"] = plan.rates()
+    trains_sweep = after_sweep and spec["train"] and bool(spec["sweep"].get("train"))
+    # a grid that trains its sweep first learns its cells' rates as it goes
+    cells = plan.cells() if trains_sweep else at_chosen_rates(spec, expand_grid(spec))
     if spec["status"]:  # where the grid stands; nothing trained, nothing written
+        if trains_sweep:  # the sweep's cells begun or startable now, and the rated grid
+            ready = set(plan.ready(set()))
+            cells = [c for c in plan.sweep if c in ready or runner.directory(c).is_dir()] + plan.rated()
         dirs = {c: runner.directory(runner.resolve(c)) for c in cells}
         print(status_text(spec["name"], root, grid_status(cells, dirs)))
         return None
@@ -105,15 +115,20 @@ def _compare(cfg: DictConfig, overrides: list[str],
     board = _grid_board(cfg, spec, cells) if spec["train"] and spec["workers"] > 1 else None
     if spec["train"]:
         executor = make_executor(spec["executor"], root / ".submitit", spec["slurm"])
-        if spec["lrs"] and spec["bracket"] and executor is None and spec["workers"] == 1:
-            dirs = train_bracketed(runner, cells, [float(lr) for lr in spec["lrs"]])  # cell by cell
-        else:  # every cell (a cluster's jobs are submitted at once; workers: N at a time)
-            try:
+        try:
+            if plan is not None and executor is None and (spec["lrs"] or trains_sweep):
+                # cells as the plan makes them ready (compare/plan.py), one or N at a time
+                dirs = runner.run_plan(plan, spec["workers"], board and board.update)
+            else:  # every cell (a cluster's jobs are submitted at once; workers: N at a time)
                 dirs = runner.run(cells, executor, spec["workers"], board and board.update)
-            finally:
-                if board is not None:
-                    board.finish()
-            failed += runner.failed
+        finally:
+            if board is not None:
+                board.finish()
+        failed += runner.failed
+        if trains_sweep:  # the report: the grid's cells at the rates the sweep chose
+            spec["rates"] = plan.rates()
+            cells = at_chosen_rates(spec, expand_grid(spec))
+            dirs = {c: d for c, d in dirs.items() if c in set(cells)}
     else:  # report only: the cells that exist
         dirs = runner.finished(cells)
     train_s = time.time() - start
@@ -280,12 +295,26 @@ def at_chosen_rates(spec: dict, cells: list[Cell]) -> list[Cell]:
     unrated = sorted({c.group for c in cells if not c.lr})
     if unrated and len(unrated) == len({c.group for c in cells}):
         raise UserError(f"compare.rates gives no rate to any cell of this grid ({', '.join(unrated)}): "
-                        "run its learning-rate sweep first (e.g. experiment=convergence_sweep), "
-                        "then commit the rates its report chose as compare.rates")
+                        "run its learning-rate sweep first (e.g. experiment=convergence_sweep) "
+                        "and commit the rates its report chose as compare.rates, or train both "
+                        "in one command: compare.sweep.train=true")
     if unrated:
         log.warning("grid: no chosen rate yet (compare.rates) for %s: their cells are left out until "
                     "the sweep chooses one", ", ".join(unrated))
     return [c for c in cells if c.lr]
+
+
+def _plan(spec: dict, runner: GridRunner) -> SweepPlan | None:
+    """The work order where it depends on results (compare/plan.py): a bracketed sweep's
+    (compare.lrs), or a grid's that names its sweep (compare.sweep: its rates come from it)."""
+    if spec["lrs"]:
+        lrs = [float(x) for x in spec["lrs"]]
+        return SweepPlan(runner, expand_grid(spec), lrs) if spec["bracket"] else None
+    if not spec["sweep"]:
+        return None
+    sweep = {**spec, **spec["sweep"]}  # its lrs, dims, seeds and limits
+    return SweepThenGrid(runner, expand_grid(sweep), [float(x) for x in sweep["lrs"]],
+                         lambda rates: expand_grid({**spec, "rates": rates}), dict(spec["rates"]))
 
 
 def _runner(spec: dict, compose: Callable[[list[str]], DictConfig], overrides: list[str]) -> GridRunner:

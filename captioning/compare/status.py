@@ -76,7 +76,8 @@ COLUMNS = ["cell", "state", "test_bleu4", "val_best", "wall_s", "machine"]
 
 class GridBoard:
     """The grid's own wandb run (job_type 'grid', beside each cell's run): the table of its
-    cells with their state and score, and the counts, logged again at every change."""
+    cells with their state and score, and the counts, logged again at every change (a plan's
+    cells, compare/plan.py, join it as they are decided)."""
 
     def __init__(self, logger, cells: list[Cell]) -> None:
         self.run, self.cells = logger.experiment, cells
@@ -84,7 +85,8 @@ class GridBoard:
     def update(self, dirs: dict[Cell, Path], failed: set[str] = frozenset()) -> None:
         import wandb
 
-        rows = grid_status([c for c in self.cells if c in dirs], dirs, failed)
+        cells = [c for c in self.cells if c in dirs] + [c for c in dirs if c not in self.cells]
+        rows = grid_status(cells, dirs, failed)
         table = wandb.Table(columns=COLUMNS, data=[[r[k] for k in COLUMNS] for r in rows])
         self.run.log({"grid/cells": table, **{f"grid/{s}": n for s, n in status_counts(rows).items()}})
 

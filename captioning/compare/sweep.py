@@ -9,9 +9,9 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-from .grid import Cell, GridRunner, group_of
+from .grid import Cell, group_of
 
-SPAN = 10.0  # a choice needs finished rates spanning this factor at least (the issue's bar)
+SPAN = 10.0  # a choice needs finished rates spanning this factor at least
 MIN_RATES = 3
 
 
@@ -40,34 +40,6 @@ def choose(means: dict[float, float], lrs: list[float]) -> tuple[float | None, l
     if not needed and len(means) >= MIN_RATES and span >= SPAN * (1 - 1e-9):
         return best, []
     return None, needed or sorted(lr for lr in lrs if lr not in means)
-
-
-def train_bracketed(runner: GridRunner, cells: list[Cell], lrs: list[float]) -> dict[Cell, Path]:
-    """Train a sweep's cells one at a time, only those a choice still needs (`choose`): each
-    mode's rate nearest the middle of the range first, then the neighbours of its best so far,
-    until its best is bracketed; modes take turns, so that several processes working the same
-    sweep (cells lock) start on different modes. A cell another process holds, or one that
-    failed, is not tried again here. -> the finished cells (runner.finished)."""
-    middle = math.log(min(lrs) * max(lrs)) / 2
-    groups = list(dict.fromkeys(c.group for c in cells))
-    tried: set[Cell] = set()
-    while True:
-        done = runner.finished(cells)
-        rows = {group_of(r): r for r in sweep_report(done, lrs)["rows"]}
-        todo = [c for c in cells if c not in done and c not in tried
-                and c.lr in (rows[c.group]["needed"] if c.group in rows else lrs)]
-        if not todo:
-            return done
-
-        def order(cell: Cell) -> tuple:
-            leading = rows[cell.group]["leading"] if cell.group in rows else None
-            centre = math.log(leading) if leading else middle
-            turns = sum(1 for t in tried if t.group == cell.group)
-            return turns, groups.index(cell.group), abs(math.log(cell.lr) - centre), cell.lr, cell.seed
-
-        pick = min(todo, key=order)
-        tried.add(pick)
-        runner.run([pick])
 
 
 def sweep_report(dirs: dict[Cell, Path], lrs: list[float]) -> dict:

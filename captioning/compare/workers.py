@@ -106,11 +106,14 @@ def gpu_count() -> int:
 
 
 def run_pool(executor, todo: list, workers: int, gpus: int, threads: int | None,
-             submit: Callable, finished: Callable, stopping: list[int]) -> None:
+             submit: Callable, finished: Callable, stopping: list[int],
+             refill: Callable[[], list] | None = None) -> None:
     """Keep up to `workers` of `todo` running: submit(item, slot) -> a job, once the slot's
     parameters are set on `executor` (a submitit LocalExecutor); finished(item, job) as each
-    ends. SIGTERM to this process reaches every running job (each checkpoints and stops),
-    starts no new one, and is appended to `stopping` (the caller's: read it in `finished`)."""
+    ends, then refill() (if given) -> the items that may start now, the new queue (a plan
+    whose next items depend on the finished ones). SIGTERM to this process reaches every
+    running job (each checkpoints and stops), starts no new one, and is appended to `stopping`
+    (the caller's: read it in `finished`)."""
     queue, running = list(todo), {}
 
     def stop(signum, frame) -> None:
@@ -131,17 +134,23 @@ def run_pool(executor, todo: list, workers: int, gpus: int, threads: int | None,
                 if job.done():
                     del running[slot]
                     finished(item, job)
+                    if refill is not None and not stopping:
+                        queue = list(refill())
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
 def run_parallel(todo: list[tuple[Cell, DictConfig, Path]], workers: int, folder: Path,
                  gpus: int | None = None, job=cell_job,
-                 on_change: Callable[[set[str]], None] | None = None) -> list[str]:
+                 on_change: Callable[[set[str]], None] | None = None,
+                 refill: Callable[[], list] | None = None,
+                 on_submit: Callable[[tuple], None] | None = None) -> list[str]:
     """Train `todo`'s cells (cell, its prepared config, its dir) with up to `workers` jobs at
     once (each `job(cfg, out)` in its own process; gpus: None counts them) -> the failures, each
-    "label: what (log)"; on_change(failed labels) after each start and end. SIGTERM stops the
-    grid with a RunFault once every running cell has checkpointed."""
+    "label: what (log)"; on_change(failed labels) after each start and end. refill() -> the
+    items that may start now, asked after each end (a plan: compare/plan.py), on_submit(item)
+    as each starts. SIGTERM stops the grid with a RunFault once every running cell has
+    checkpointed."""
     try:
         import submitit
     except ImportError:
@@ -154,17 +163,24 @@ def run_parallel(todo: list[tuple[Cell, DictConfig, Path]], workers: int, folder
     progress, started = Progress(len(todo)), {}
     stopping: list[int] = []
 
+    def refilled() -> list:
+        items = refill()  # what may start now: the grid's total grows as a plan decides more
+        progress.total = progress.done + len(progress.failed) + len(started) + len(items)
+        return items
+
     failed_labels: set[str] = set()
 
     def line() -> str:
         if on_change is not None:
             on_change(failed_labels)
-        return progress.line(len(started), len(todo) - progress.done - len(progress.failed)
+        return progress.line(len(started), progress.total - progress.done - len(progress.failed)
                              - len(started), workers)
 
     def submit(item: tuple[Cell, DictConfig, Path], slot: int):
         cell, cfg, out = item
         started[cell] = time.time()
+        if on_submit is not None:
+            on_submit(item)
         log.info("grid: %s started (worker %d%s) -> %s", cell.label, slot,
                  f", GPU {slot % gpus}" if gpus else f", {threads} threads", out)
         log.info("%s", line())
@@ -189,7 +205,8 @@ def run_parallel(todo: list[tuple[Cell, DictConfig, Path]], workers: int, folder
             log.error("grid: %s failed: %s (log: %s)", cell.label, what, done.paths.stderr)
         log.info("%s", line())
 
-    run_pool(executor, todo, workers, gpus, threads, submit, finished, stopping)
+    run_pool(executor, todo, workers, gpus, threads, submit, finished, stopping,
+             refilled if refill is not None else None)
     if stopping:
         raise RunFault(f"grid stopped: SIGTERM received; {len(progress.times)} cells finished, the "
                        "running ones checkpointed where they stood; run the same command again to "

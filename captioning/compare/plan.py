@@ -1,0 +1,77 @@
+"""A grid's work order as data: which cells may start now, given the ones finished and the ones
+already taken (running, failed or done in this process). A learning-rate sweep trains only the
+rates its choices still need (sweep.choose), each mode's middle rate first; a grid that names
+its sweep (compare.sweep.train) starts a mode's seeds as soon as the sweep has chosen its rate.
+Serially (one cell at a time) and with compare.workers (a slot freed: the plan asked again) the
+order is the same data, so both train the same cells."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from .grid import Cell, GridRunner, group_of, rate_for
+from .sweep import sweep_report
+
+
+class SweepPlan:
+    """A sweep's cells (compare.lrs) in bracketed order: only the rates a choice still needs,
+    each mode's rate nearest the middle of the range first, then the neighbours of its best so
+    far; modes take turns, so that several workers (or processes) start on different modes."""
+
+    def __init__(self, runner: GridRunner, cells: list[Cell], lrs: list[float]) -> None:
+        self.runner, self.sweep, self.lrs = runner, cells, lrs
+        self.groups = list(dict.fromkeys(c.group for c in cells))
+
+    def rates(self) -> dict[str, float]:
+        """The rates chosen so far ("decoder/dims/attention": lr), by validation only."""
+        return sweep_report(self.runner.finished(self.sweep), self.lrs)["rates"]
+
+    def cells(self) -> list[Cell]:
+        return list(self.sweep)
+
+    def ready(self, taken: set[Cell]) -> list[Cell]:
+        done = self.runner.finished(self.sweep)
+        rows = {group_of(r): r for r in sweep_report(done, self.lrs)["rows"]}
+        todo = [c for c in self.sweep if c not in done and c not in taken
+                and c.lr in (rows[c.group]["needed"] if c.group in rows else self.lrs)]
+        middle = math.log(min(self.lrs) * max(self.lrs)) / 2
+
+        def order(cell: Cell) -> tuple:
+            leading = rows[cell.group]["leading"] if cell.group in rows else None
+            centre = math.log(leading) if leading else middle
+            turns = sum(1 for t in taken | set(done) if t.group == cell.group)
+            return turns, self.groups.index(cell.group), abs(math.log(cell.lr) - centre), cell.lr, cell.seed
+
+        return sorted(todo, key=order)
+
+
+class SweepThenGrid(SweepPlan):
+    """The sweep first, then each mode's grid cells (all its seeds) as soon as its rate is
+    chosen; `grid(rates)` -> the grid's cells at those rates (a cell without one has lr 0).
+    Rates given in compare.rates (`fixed`) win over the sweep's choice."""
+
+    def __init__(self, runner: GridRunner, cells: list[Cell], lrs: list[float],
+                 grid: Callable[[dict[str, float]], list[Cell]], fixed: dict[str, float]) -> None:
+        super().__init__(runner, cells, lrs)
+        self.grid, self.fixed = grid, fixed
+
+    def rates(self) -> dict[str, float]:
+        """The sweep's choices for the modes compare.rates gives no rate (not even by a * key),
+        and compare.rates."""
+        def fixed(group: str) -> bool:
+            return bool(rate_for(self.fixed, Cell(*group.split("/"), seed=0)))
+
+        return {**{g: lr for g, lr in super().rates().items() if not fixed(g)}, **self.fixed}
+
+    def rated(self) -> list[Cell]:
+        """The grid's cells whose mode has a rate by now."""
+        return [c for c in self.grid(self.rates()) if c.lr]
+
+    def cells(self) -> list[Cell]:
+        return self.sweep + self.rated()
+
+    def ready(self, taken: set[Cell]) -> list[Cell]:
+        grid = self.rated()
+        done = self.runner.finished(grid)
+        return super().ready(taken) + [c for c in grid if c not in done and c not in taken]
