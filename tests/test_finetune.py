@@ -173,19 +173,95 @@ def test_export_encoder_gives_a_weights_file_that_runs_like_the_tuned_encoder(tu
         assert not torch.allclose(plain(images), want, atol=1e-3)  # the trained stage did change
 
 
-def test_pretrain_encoder_writes_a_frozen_usable_weights_file(tmp_path, data_dir):
-    """scripts/pretrain_encoder.py on the tiny data: a torchvision file that the encoder loads as
-    weights (content-hash id) and a summary with the learning curve."""
+@pytest.mark.parametrize("targets", ["image", "cells"])
+def test_pretrain_encoder_writes_a_frozen_usable_weights_file(tmp_path, data_dir, targets):
+    """scripts/pretrain_encoder.py on the tiny data, image-level or per-cell targets: a
+    torchvision file that the encoder loads as weights (content-hash id) and a summary with the
+    learning curve and what its accuracy would be without learning."""
     from conftest import TINY
 
     out = tmp_path / "enc.pth"
     overrides = [o for o in TINY if o.startswith("data.") or o.startswith("encoder.image_size")]
     subprocess.run([sys.executable, str(ROOT / "scripts" / "pretrain_encoder.py"), "--out", str(out),
-                    "--encoder", "resnet18", "--epochs", "1", "--batch", "16",
+                    "--encoder", "resnet18", "--epochs", "1", "--batch", "16", "--targets", targets,
                     *overrides, f"paths.data_dir={data_dir}"], check=True, capture_output=True, text=True)
     summary = json.loads(out.with_suffix(".json").read_text())
-    assert summary["labels"] == 30 and summary["train_images"] == 96 and len(summary["history"]) == 1
-    assert 0 <= summary["history"][0]["val_acc"] <= 1 and 0.5 < summary["val_acc_if_all_negative"] < 1
+    assert summary["targets"] == targets and summary["train_images"] == 96 and len(summary["history"]) == 1
+    assert 0 <= summary["history"][0]["val_acc"] <= 1
+    if targets == "image":
+        assert summary["labels"] == 30 and 0.5 < summary["val_acc_if_all_negative"] < 1
+    else:  # 64 px: a 2x2 grid; the best constant guess names 1 colour of 5, 1 shape of 3...
+        assert summary["grid"] == "2x2" and 0.2 < summary["val_acc_if_constant"] < 0.7
     enc = build_encoder(completed({"name": "resnet18", "pretrained": True, "weights_path": str(out),
                                    "verify_weights": False}, ResNet))
     assert enc.weights_id.startswith("sha256:")
+
+
+def _pretrain_script():
+    import importlib.util
+
+    path = ROOT / "scripts" / "pretrain_encoder.py"
+    spec = importlib.util.spec_from_file_location("pretrain_encoder", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cell_targets_give_each_cell_what_lies_under_it():
+    """A 90 px image, a 3x3 grid of 30 px cells: a red square filling cell (0, 0) exactly and a
+    blue circle over the left half of cell (1, 2). Each group's shares sum to 1 in every cell."""
+    script = _pretrain_script()
+    objects = [{"colour": "red", "shape": "square", "size": "large", "bbox": [0, 0, 30, 30]},
+               {"colour": "blue", "shape": "circle", "size": "small", "bbox": [60, 30, 75, 60]}]
+    t = script.cell_targets(objects, 90, 3)  # (9, 6 + 4 + 3)
+    colours, shapes, sizes = t.split([len(v) + 1 for v in script.CELL_GROUPS.values()], 1)
+    red, blue = (list(script.CELL_GROUPS["colour"]).index(c) for c in ("red", "blue"))
+    assert colours[0, red] == 1 and colours[0, -1] == 0
+    assert colours[5, blue] == pytest.approx(0.5) and colours[5, -1] == pytest.approx(0.5)
+    assert shapes[5, script.SHAPES.index("circle")] == pytest.approx(0.5)
+    assert sizes[0, script.SIZES.index("large")] == 1
+    assert sizes[5, script.SIZES.index("small")] == pytest.approx(0.5)
+    empty = [i for i in range(9) if i not in (0, 5)]
+    assert (colours[empty, -1] == 1).all() and (shapes[empty, -1] == 1).all()
+    for group in (colours, shapes, sizes):
+        assert torch.allclose(group.sum(1), torch.ones(9))
+
+
+def test_the_cell_head_reads_each_cell_alone():
+    """The prediction of one cell does not move when another cell's feature changes (a 1x1
+    convolution over the last stage): the targets ask each cell for what lies under it."""
+    script = _pretrain_script()
+    import torchvision
+
+    torch.manual_seed(0)
+    model = script.CellHead(torchvision.models.resnet18(), 13).eval()
+    feats = torch.randn(1, 512, 3, 3)
+    out = model.head(feats).flatten(2).transpose(1, 2)
+    moved = feats.clone()
+    moved[..., 2, 2] += 5  # the last cell only
+    out2 = model.head(moved).flatten(2).transpose(1, 2)
+    assert torch.equal(out[:, :8], out2[:, :8]) and not torch.equal(out[:, 8], out2[:, 8])
+    assert model(torch.randn(2, 3, 96, 96)).shape == (2, 9, 13)
+
+
+def test_a_learned_encoders_file_is_named_by_its_sha256_in_records_and_reports(tmp_path):
+    """A cell's results.json names its encoder file by sha256 (a random encoder: None), and the
+    report's provenance table gets an encoder column only where cells record one (so reports
+    of older cells rebuild unchanged)."""
+    import hashlib
+
+    from captioning.compare.report import cell_provenance, provenance_markdown
+    from captioning.lit.results import _weights_sha256
+
+    weights = tmp_path / "enc.pth"
+    weights.write_bytes(b"weights")
+    digest = hashlib.sha256(b"weights").hexdigest()
+    assert _weights_sha256({"pretrained": True, "weights_path": str(weights)}) == digest
+    assert _weights_sha256({"pretrained": False, "weights_path": None}) is None
+    old = {tmp_path / "g" / "cells" / "a": {"git_commit": "abc", "threads": 1, "machine": "m"}}
+    assert "encoder" not in provenance_markdown(cell_provenance(old))[0]
+    new = {**old, tmp_path / "g" / "cells" / "b": {"git_commit": "abc", "threads": 1, "machine": "m",
+                                                   "encoder_sha256": digest}}
+    table = provenance_markdown(cell_provenance(new))
+    assert "encoder file (sha256)" in table[0] and any(digest in row for row in table[2:])
+    assert any("random init" in row for row in table[2:])

@@ -62,20 +62,27 @@ def _threads_of(r: dict) -> str:
 
 def cell_provenance(results: dict[Path, dict]) -> list[dict]:
     """{cell dir: results.json} -> one row per (commit, threads, machine(s), precision, the grid
-    whose root holds the cell) with its cell count: every fact from the cells' own records."""
+    whose root holds the cell, and the encoder file's sha256 where cells record one) with its
+    cell count: every fact from the cells' own records."""
     counts: dict[tuple, int] = defaultdict(int)
     for out, r in results.items():
         machines = " + ".join(dict.fromkeys(r.get("machines") or [r.get("machine") or "not recorded"]))
         counts[(r.get("git_commit") or "not recorded", _threads_of(r), machines,
-                r.get("train_precision") or "not recorded", Path(out).parent.parent.name)] += 1
+                r.get("train_precision") or "not recorded", Path(out).parent.parent.name,
+                r.get("encoder_sha256"))] += 1
     return [{"commit": k[0], "threads": k[1], "machine": k[2], "precision": k[3], "grid": k[4],
-             "cells": n} for k, n in sorted(counts.items())]
+             **({"encoder_sha256": k[5]} if any(key[5] for key in counts) else {}), "cells": n}
+            for k, n in sorted(counts.items(), key=lambda kv: (*kv[0][:5], kv[0][5] or ""))]
 
 
 def provenance_markdown(rows: list[dict]) -> list[str]:
-    return ["| commit | threads | machine | training precision | grid (results root) | cells |",
-            "|---|---|---|---|---|---:|"] + [
-        f"| {p['commit']} | {p['threads']} | {p['machine']} | {p['precision']} | {p['grid']} | {p['cells']} |"
+    """The provenance table; an encoder column where the cells record their encoder file."""
+    enc = any("encoder_sha256" in p for p in rows)
+    head = "| commit | threads | machine | training precision | grid (results root) |"
+    return [head + (" encoder file (sha256) |" if enc else "") + " cells |",
+            "|---|---|---|---|---|" + ("---|" if enc else "") + "---:|"] + [
+        f"| {p['commit']} | {p['threads']} | {p['machine']} | {p['precision']} | {p['grid']} |"
+        + (f" {p.get('encoder_sha256') or 'random init'} |" if enc else "") + f" {p['cells']} |"
         for p in rows]
 
 

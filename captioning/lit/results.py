@@ -13,6 +13,7 @@ import torch
 from ..data.prepare import PreparedData
 from ..models.attention import cross_attention_modules
 from ..models.captioner import attention_choice
+from ..models.encoder import file_sha256
 from ..provenance import config_hash, cpu_kind
 from .module import CaptioningModule
 from .run_callbacks import RunCallbacks
@@ -39,6 +40,11 @@ def device_name(device: torch.device) -> str | None:
         return None
     get = getattr(getattr(torch, device.type, None), "get_device_name", None)
     return get(device) if get else device.type
+
+
+def _weights_sha256(enc_cfg: dict) -> str | None:
+    path = enc_cfg.get("weights_path") if enc_cfg.get("pretrained") else None
+    return file_sha256(path) if path else None
 
 
 def build_results(scores: dict, plain: dict, *, trainer: pl.Trainer, module: CaptioningModule,
@@ -68,6 +74,9 @@ def build_results(scores: dict, plain: dict, *, trainer: pl.Trainer, module: Cap
         # The precision the stored features were extracted in (the store is keyed by it; with
         # encoder.precision=auto a store of the other precision may have been reused).
         "feature_precision": data.features.precision,
+        # The encoder's weights file, whole sha256 (a learned encoder's cells differ by it); None
+        # for a random encoder (weights_id says which) or precomputed features.
+        "encoder_sha256": _weights_sha256(plain["encoder"]),
         # The training step's precision (trainer.precision as Lightning ran it).
         "train_precision": str(trainer.precision),
         "train_precision_source": run.precision_source,  # trainer.precision, or auto's measurement

@@ -64,7 +64,8 @@ def feature_dim(enc_cfg: dict) -> int:
     return enc_cfg["dim"]
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: str | Path) -> str:
+    """The hex sha256 of a file: how a weights file is named in checks and in run records."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -106,7 +107,7 @@ def _load_pretrained(name: str, weights_path: str | None, verify: bool = True) -
     (state dict, weights id = content hash)."""
     path = find_weights(name, weights_path)
     known = known_weights(name)
-    digest = _sha256(path)
+    digest = file_sha256(path)
     if verify and not any(digest.startswith(prefix) for prefix in known):
         raise ValueError(
             f"{path}: its sha256 ({digest[:8]}...) matches none of torchvision's {name} "
