@@ -21,6 +21,7 @@ from ..schema.fields import REQUIRED
 from ..schema.run import Compare
 from .convergence import convergence_markdown, convergence_report, tally
 from .curves import save_curves, save_sweep_curves
+from .encoder_check import encoder_check, encoder_check_markdown
 from .executor import make_executor
 from .grid import Cell, GridRunner, expand_grid, group_of
 from .plan import SweepPlan, SweepThenGrid
@@ -204,6 +205,8 @@ def _convergence(cfg: DictConfig, spec: dict, dirs: dict[Cell, Path], runner: Gr
     report = convergence_report(dirs, _test_references(cfg), {**spec, "snapshot_epochs": snapshots},
                                 samples)
     report["throughput"] = _throughput(spec)
+    if spec.get("encoder_check"):
+        report["encoder_check"] = encoder_check(Path(spec["encoder_check"]))
     out = runner.root / time.strftime("%Y-%m-%d_%H-%M-%S")
     out.mkdir(parents=True, exist_ok=True)
     save_curves(report, out)
@@ -224,7 +227,9 @@ def _convergence(cfg: DictConfig, spec: dict, dirs: dict[Cell, Path], runner: Gr
                  + f"\n{len(swept)} of {len(sweep_cells)} sweep cells finished."
                  + (f"\n\n![validation score per epoch at each rate]({figure.name})" if figure else "")
                  + "\n\n")
-    markdown = sweep + convergence_markdown(report, figure="learning_curves.png")
+    check = (encoder_check_markdown(report["encoder_check"], spec["encoder_check"])
+             if "encoder_check" in report else "")
+    markdown = check + sweep + convergence_markdown(report, figure="learning_curves.png")
     report["grid_wall_s"] = train_s
     _write_report(out, spec["name"], markdown, report, train_s)
     return out

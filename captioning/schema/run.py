@@ -262,6 +262,9 @@ class Compare:
     benchmark: bool = True
     benchmark_args: dict[str, Any] = setting({})
     throughput_from: str | None = None
+    # a folder of maint/encoder_candidates.py JSON files: the report's table of the encoders
+    # considered and the one-run check that chose this grid's (learned-feature grids)
+    encoder_check: str | None = None
     bootstrap_samples: int = setting(1000, at_least(1))
     train: bool = True
     # print each cell's state (finished, running, interrupted, waiting) from compare.root and stop
