@@ -82,7 +82,7 @@ def shrink(cfg: DictConfig) -> DictConfig:
 
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory) -> Path:
-    """One data dir for the session: the tiny dataset and its features are made once."""
+    """One data dir for the whole test run: the tiny dataset and its features are made once."""
     return tmp_path_factory.mktemp("data")
 
 

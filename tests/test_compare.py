@@ -343,7 +343,7 @@ def test_a_cell_killed_under_an_older_config_is_adopted_and_resumed(tmp_path, mo
     (killed / "cell.json").write_text(json.dumps(hashed_view(old)))
 
     held = CellLock(killed)
-    assert held.try_take() is None  # the older checkout's lane is still training it
+    assert held.try_take() is None  # the older checkout's process is still training it
     try:
         dirs = GridRunner(fake.compose, [], tmp_path, DIMS).run([cell])
         assert killed.is_dir() and dirs == {} and resumed == []  # left to its trainer
@@ -356,7 +356,7 @@ def test_a_cell_killed_under_an_older_config_is_adopted_and_resumed(tmp_path, mo
 
 
 def test_two_grids_over_one_root_never_train_a_cell_twice(tmp_path, monkeypatch, caplog):
-    """Two lanes over one results root: a cell another process is training is skipped (and
+    """Two processes over one results root: a cell another process is training is skipped (and
     left out of this report), one it finished after this grid listed its work is not redone,
     and the lock of a killed process is free at once (the kernel drops its flock)."""
     import subprocess
@@ -371,7 +371,7 @@ def test_two_grids_over_one_root_never_train_a_cell_twice(tmp_path, monkeypatch,
     for out in outs.values():
         out.mkdir(parents=True)
 
-    def train_and_finish_later(cfg):  # meanwhile, "the other lane" finishes `later`
+    def train_and_finish_later(cfg):  # meanwhile, "the other process" finishes `later`
         fake.train(cfg)
         (outs[later] / "results.json").write_text(json.dumps({"test/bleu4": 0.4}))
 

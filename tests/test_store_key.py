@@ -175,7 +175,7 @@ def test_precision_names_are_checked():
 
 
 def test_each_store_has_its_own_lock_so_other_stores_build_meanwhile(tmp_path):
-    """Runs on one dataset with another encoder or image size (a grid's lanes) extract their
+    """Runs on one dataset with another encoder or image size (a grid's cells in parallel) extract their
     stores at the same time; runs that would build the same store (either precision: the auto
     rule reads both) take one lock, and the second waits for the first."""
     import threading
@@ -214,7 +214,7 @@ def test_each_store_has_its_own_lock_so_other_stores_build_meanwhile(tmp_path):
 
 
 def test_prepare_data_waits_for_a_store_another_process_is_building(tmp_path):
-    """scripts/prepare_data.py beside a training run (or a grid's lane) that is extracting the
+    """scripts/prepare_data.py beside a training run (or a grid's cell) that is extracting the
     same store takes the same lock and waits, instead of writing the store too: before the fix
     both extracted the same rows at half speed each."""
     import threading
