@@ -125,3 +125,15 @@ def test_cider_stands_beside_bleu_by_the_seed_rule(report):
     assert verdict.judged(d, "a − b").endswith(", in CIDEr-D +0.200 ([+0.100, +0.300])")
     d["cider"] = {"mean": 0.02, "lo": -0.1, "hi": 0.14}
     assert verdict.judged(d, "a − b").endswith(", in CIDEr-D not distinguishable (within ±0.140)")
+
+
+def test_the_readme_holds_the_headline_and_the_docs_every_sentence(report):
+    """README.md: the question's own sentences (the LSTM at 512-d and 2048-d, the width's
+    interaction, the seeds' limit), each of them one of the full verdict's."""
+    data, _ = report
+    headline, full = verdict.sentences(data, headline=True), verdict.sentences(data)
+    assert set(headline) < set(full) and len(headline) <= 8
+    assert all("Transformer" not in s and "native512" not in s for s in headline)
+    readme = (verdict.ROOT / "README.md").read_text()
+    assert "<!-- verdict:convergence:headline -->" in readme
+    assert all(s in readme for s in headline) and not any(s in readme for s in set(full) - set(headline))

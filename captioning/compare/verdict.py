@@ -6,9 +6,11 @@ sentence claims more than its interval supports:
   (that interval holds the trained models fixed: another set of seeds may differ);
 - otherwise the two are "not distinguishable (within ±x)", x the larger end of the seed interval.
 
-The sentences stand in README.md and docs between `<!-- verdict:NAME -->` and
-`<!-- /verdict:NAME -->`; `python -m captioning.compare.verdict` writes them from the newest
-committed report, and tests/test_verdict_sentences.py checks them byte for byte.
+The sentences stand in README.md and docs between `<!-- verdict:convergence -->` and
+`<!-- /verdict:convergence -->` (every sentence), or `<!-- verdict:convergence:headline -->`
+and its closing marker (the question's own: the LSTM at 512-d and 2048-d, the width's
+interaction, what the seeds can detect); `python -m captioning.compare.verdict` writes them
+from the newest committed report, and tests/test_verdict_sentences.py checks them byte for byte.
 """
 
 from __future__ import annotations
@@ -69,14 +71,18 @@ NAMES = {"matched": "512-d (the top 512 components)", "mismatched_whitened": "20
          "query_projected": "2048-d with the query projected up instead of the keys down"}
 
 
-def sentences(report: dict) -> list[str]:
+HEADLINE = ("matched", "mismatched_whitened")  # the widths the question is about
+
+
+def sentences(report: dict, headline: bool = False) -> list[str]:
     """The verdict at convergence: per condition the LSTM's contrasts, each interaction, the
-    Transformer's contrasts, and what the seeds can detect; every difference by `judged`."""
+    Transformer's contrasts, and what the seeds can detect; every difference by `judged`.
+    headline: only the LSTM at the HEADLINE widths and their interaction."""
     out = []
     by_dims: dict[tuple[str, str], list[str]] = {}
     for g in report["gaps"]:
         d = g["stages"].get(BEST)
-        if d is None:
+        if d is None or (headline and (g["decoder"] != "lstm" or g["dims"] not in HEADLINE)):
             continue
         what = (f"{g['a']} − {g['b']}" if g["a"] != g["b"]
                 else f"{g['a']} − {g['b']} on {g['b_dims']}'s key projection")
@@ -86,7 +92,8 @@ def sentences(report: dict) -> list[str]:
         out.append(f"At {NAMES.get(dims, dims)}, {who}'s BLEU-4 " + "; ".join(parts) + ".")
     for i in report["interactions"]:
         d = i["stages"].get(BEST)
-        if d is not None:
+        asked = i["decoder"] == "lstm" and set(i["conditions"]) <= set(HEADLINE)
+        if d is not None and (asked or not headline):
             first, second = i["conditions"]
             out.append(f"How {first} rather than {second} changes {i['a']} − {i['b']} "
                        f"({i['decoder']}): " + judged(d, "the change") + ".")
@@ -96,15 +103,15 @@ def sentences(report: dict) -> list[str]:
     return out
 
 
-def block(report: dict, link: str) -> str:
+def block(report: dict, link: str, headline: bool = False) -> str:
     """What stands between the markers: the sentences and the report they come from."""
-    return "\n".join(f"- {s}" for s in sentences(report)) + (
+    return "\n".join(f"- {s}" for s in sentences(report, headline)) + (
         f"\n\nGenerated from [the report]({link}) by `python -m captioning.compare.verdict`: a "
         "difference is claimed only where its 95% interval over seeds excludes zero; \"on these "
         "trained models\": only the interval over test images does.")
 
 
-MARK = re.compile(r"(<!-- verdict:convergence -->)(.*?)(<!-- /verdict:convergence -->)", re.S)
+MARK = re.compile(r"(<!-- verdict:convergence(:headline|) -->)(.*?)(<!-- /verdict:convergence\2 -->)", re.S)
 
 
 def newest_report(root: Path = ROOT) -> Path | None:
@@ -116,7 +123,8 @@ def newest_report(root: Path = ROOT) -> Path | None:
 
 def rendered(text: str, report: dict, link: str) -> str:
     """`text` with every verdict block replaced by the sentences of `report`."""
-    return MARK.sub(lambda m: m.group(1) + "\n" + block(report, link) + "\n" + m.group(3), text)
+    return MARK.sub(lambda m: m.group(1) + "\n" + block(report, link, bool(m.group(2))) + "\n" + m.group(4),
+                    text)
 
 
 def main() -> int:
