@@ -76,3 +76,16 @@ def test_workers_never_run_more_threads_than_cores():
 def test_the_progress_line_counts_and_estimates():
     p = Progress(total=10, done=4, times=[60.0, 60.0])
     assert p.line(running=2, left=4, workers=2) == "grid: 4/10 done, 2 running, 4 left, 0 failed; ETA 3 min"
+
+
+def test_a_failed_cells_line_carries_the_problems_its_error_lists():
+    """A config refused inside a cell lists its problems under the error's first line: the
+    grid's one line per failed cell names them, not only "bad config"."""
+    from captioning.compare.workers import _what_failed
+
+    err = RuntimeError("Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+                       "captioning.lit.config_check.ConfigError: bad config (nothing was started):\n"
+                       "  - optim.optimizer.lr=-1.0: must be > 0\n")
+    assert _what_failed(err) == ("captioning.lit.config_check.ConfigError: bad config (nothing was "
+                                 "started): - optim.optimizer.lr=-1.0: must be > 0")
+    assert _what_failed(RuntimeError("Traceback\nValueError: boom\n")) == "ValueError: boom"

@@ -68,8 +68,12 @@ def _what_failed(err: BaseException) -> str:
         return ("its process died without a result (killed: kill -9, or the out-of-memory "
                 "killer); the next run resumes it from its checkpoint")
     lines = str(err).strip().splitlines()
-    own = [ln.strip() for ln in lines if re.match(r"\s*[\w.]*(Error|Exception|Fault)\b:?", ln)]
-    return (own[-1] if own else lines[0] if lines else type(err).__name__)[:300]
+    own = [k for k, ln in enumerate(lines) if re.match(r"\s*[\w.]*(Error|Exception|Fault)\b:?", ln)]
+    if not own:
+        return (lines[0] if lines else type(err).__name__)[:300]
+    # an error that lists its problems below its first line ("bad config ...:\n  - key: why")
+    listed = [ln.strip() for ln in lines[own[-1] + 1:] if ln.strip().startswith("- ")]
+    return " ".join([lines[own[-1]].strip(), *listed])[:300]
 
 
 @dataclass
