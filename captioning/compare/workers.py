@@ -109,6 +109,25 @@ def gpu_count() -> int:
     return torch.cuda.device_count()
 
 
+def signal_tree(pid: int, sig: int) -> None:
+    """Send `sig` to a process and every process under it (a submitit local job is a shell
+    that runs the cell's Python: the signal must reach the cell itself). Children are read
+    from /proc where there is one, else only `pid` is signalled."""
+    pids, k = [pid], 0
+    while k < len(pids):
+        for task in Path(f"/proc/{pids[k]}/task").glob("*"):
+            try:
+                pids += [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                pass
+        k += 1
+    for p in reversed(pids):  # the cell first, then its wrappers
+        try:
+            os.kill(p, sig)
+        except ProcessLookupError:
+            pass
+
+
 def run_pool(executor, todo: list, workers: int, gpus: int, threads: int | None,
              submit: Callable, finished: Callable, stopping: list[int],
              refill: Callable[[], list] | None = None) -> None:
@@ -122,8 +141,8 @@ def run_pool(executor, todo: list, workers: int, gpus: int, threads: int | None,
 
     def stop(signum, frame) -> None:
         stopping.append(signum)
-        for _, job in running.values():
-            job._process.send_signal(signal.SIGTERM)
+        for _, job in running.values():  # the job's shell wrapper and the cell process under it
+            signal_tree(job._process.pid, signal.SIGTERM)
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
