@@ -76,7 +76,7 @@ def uninterrupted(tmp_path_factory, data) -> Path:
 def test_a_full_disk_at_a_checkpoint_stops_in_one_line_and_resumes_exactly(uninterrupted, data, tmp_path):
     run = tmp_path / "run"
     code, err = _run(run, data, env={"DISK_FULL_AT_STEP": "20"})
-    assert code == FAULT_EXIT
+    assert code == FAULT_EXIT, err[-3000:]
     line = _fault_line(err)
     ckpt = run / "checkpoints" / "last.ckpt"
     assert f"could not write {ckpt}: no space left on the device (ENOSPC)" in line
@@ -123,7 +123,7 @@ def test_a_killed_loader_worker_is_named_with_what_to_try(data, tmp_path):
     worker = _children(proc.pid)[0]
     os.kill(worker, signal.SIGKILL)
     _, err = proc.communicate(timeout=300)
-    assert proc.returncode == FAULT_EXIT
+    assert proc.returncode == FAULT_EXIT, err[-3000:]
     line = _fault_line(err)
     # (torch reports the signal when its handler sees the death first, else "exited unexpectedly")
     assert (f"a data-loading worker (pid {worker}) was killed by SIGKILL" in line
@@ -140,7 +140,7 @@ def test_a_store_shrunk_under_the_run_is_named(tmp_path):
     (store,) = data.glob("cache/store_*/features.npy")
     os.truncate(store, 4096)
     _, err = proc.communicate(timeout=300)
-    assert proc.returncode == FAULT_EXIT
+    assert proc.returncode == FAULT_EXIT, err[-3000:]
     line = _fault_line(err)
     assert f"the feature store file {store} shrank" in line and "rebuilds the store" in line
 
@@ -203,7 +203,7 @@ def test_sigterm_mid_epoch_checkpoints_where_it_stands_and_resumes_exactly(unint
     _when(proc, lambda: step.exists() and int(step.read_text() or 0) >= 8, "step 8")
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=300)
-    assert proc.returncode == FAULT_EXIT
+    assert proc.returncode == FAULT_EXIT, err[-3000:]
     line = _fault_line(err)
     written = read_checkpoint(run / "checkpoints" / "last.ckpt")
     assert 8 <= written["global_step"] < 24  # mid-epoch 0: only the signal wrote it

@@ -102,6 +102,9 @@ def test_with_workers_no_seed_starts_before_the_sweep_cells_that_choose_its_rate
                  and abs(LRS.index(c.lr) - chosen) <= 1]
         assert len(basis) >= 2
         assert all(runs[b]["end"] <= runs[cell]["start"] for b in basis), cell
+    # a cell's directory is made when it starts: none for a rate the plan listed but never ran
+    made = {p.parent for p in tmp_path.rglob("cell.json")}
+    assert made == set(done.values()) and all((d / "results.json").exists() for d in made)
     # at most two at once
     spans = sorted((r["start"], r["end"]) for r in runs.values())
     assert all(sum(1 for s, e in spans if s < t_end and t_start < e) <= 2 for t_start, t_end in spans)

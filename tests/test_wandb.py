@@ -158,10 +158,12 @@ def test_unreachable_server_falls_back_offline_and_keys_stay_out(tiny_cfg, wandb
             assert secret.encode() not in path.read_bytes(), path
 
 
-def test_a_resumed_run_continues_its_wandb_run(tiny_cfg):
+def test_a_resumed_run_continues_its_wandb_run(tiny_cfg, monkeypatch):
     """resume: the same wandb run id (offline: a second offline-run dir with that id, which
     `wandb sync` uploads into the one run), and TensorBoard/CSV keep their folders."""
     import json
+
+    monkeypatch.setenv("WANDB_MODE", "offline")  # whatever the shell running the suite says
 
     cfg = tiny_cfg("logger=all", "trainer.max_epochs=1", "decode.beam_size=1")
     train(cfg)

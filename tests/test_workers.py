@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,7 @@ from omegaconf import OmegaConf
 
 from captioning.compare.grid import Cell
 from captioning.compare.workers import Progress, run_parallel, threads_per_cell
-from captioning.errors import UserError
+from captioning.errors import RunFault, UserError
 
 pytest.importorskip("submitit")
 TESTS = str(Path(__file__).resolve().parent)
@@ -89,3 +92,80 @@ def test_a_failed_cells_line_carries_the_problems_its_error_lists():
     assert _what_failed(err) == ("captioning.lit.config_check.ConfigError: bad config (nothing was "
                                  "started): - optim.optimizer.lr=-1.0: must be > 0")
     assert _what_failed(RuntimeError("Traceback\nValueError: boom\n")) == "ValueError: boom"
+
+
+def _started(cell: Path) -> int:
+    """The pid of a before_training_cell once it has started (waits up to 2 minutes)."""
+    deadline = time.time() + 120
+    while not (cell / "started").exists() or not (cell / "started").read_text():
+        assert time.time() < deadline, "the cell never started"
+        time.sleep(0.1)
+    return int((cell / "started").read_text())
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie, dead but not yet reaped, counts as dead)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.time() + seconds
+    while _alive(pid) and time.time() < deadline:
+        time.sleep(0.1)
+    return not _alive(pid)
+
+
+def _in_background(fn) -> None:
+    threading.Thread(target=fn, daemon=True).start()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads /proc for the cell's state")
+def test_sigterm_before_a_cell_trains_stops_it_too(tmp_path, monkeypatch):
+    """submitit's job process ignores SIGTERM; a cell's job takes the default back, so a stop
+    that comes before its first step (while it composes or reads the store) ends it too,
+    instead of the grid saying it stopped while the cell trains on."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.syspath_prepend(TESTS)
+    import worker_jobs
+
+    todo = _todo(tmp_path, [{"sleep": 60}])
+    cell = todo[0][2]
+    pid: list[int] = []
+
+    def stop() -> None:
+        pid.append(_started(cell))
+        os.kill(os.getpid(), signal.SIGTERM)  # to the grid: run_parallel's handler by now
+
+    _in_background(stop)
+    began = time.time()
+    with pytest.raises(RunFault, match="grid stopped: SIGTERM received.*continue with: "):
+        run_parallel(todo, 1, tmp_path / "sub", gpus=0, job=worker_jobs.before_training_cell)
+    assert time.time() - began < 50 and _gone_within(pid[0], 10)
+    assert not (cell / "results.json").exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads /proc for the cell's parent")
+def test_a_killed_job_controller_takes_its_cell_with_it(tmp_path, monkeypatch):
+    """kill -9 of the process submitit starts for a job (the cell's parent): the cell stops
+    too, and the grid names it as died, never counting as failed a cell that trains on."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.syspath_prepend(TESTS)
+    import worker_jobs
+
+    todo = _todo(tmp_path, [{"sleep": 60}])
+    cell = todo[0][2]
+    pid: list[int] = []
+
+    def kill_its_parent() -> None:
+        pid.append(_started(cell))
+        parent = int(Path(f"/proc/{pid[0]}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        os.kill(parent, signal.SIGKILL)
+
+    _in_background(kill_its_parent)
+    failed = run_parallel(todo, 1, tmp_path / "sub", gpus=0, job=worker_jobs.before_training_cell)
+    assert len(failed) == 1 and "its process died" in failed[0]
+    assert _gone_within(pid[0], 10)
+    assert not (cell / "results.json").exists()

@@ -37,3 +37,22 @@ def scored_cell(cfg, out) -> str:
         "best_score": score, "monitor": "val/bleu4", "best_epoch": 1, "epochs_trained": 2,
         "test/bleu4": score, "lr": lr, "seed": int(cfg.seed), "start": start, "end": time.time()}))
     return "trained"
+
+
+def before_training_cell(cfg, out) -> str:
+    """compare.workers' own cell_job around a stand-in for what a cell does before its first
+    step (composing, reading the store): it writes its pid to <out>/started, then works
+    cfg.sleep seconds and finishes."""
+    import captioning.lit as lit
+    from captioning.compare.workers import cell_job
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def train(cfg) -> None:
+        (out / "started").write_text(str(os.getpid()))
+        time.sleep(float(cfg.get("sleep", 1.5)))
+        (out / "results.json").write_text(json.dumps({"pid": os.getpid()}))
+
+    lit.train = train  # cell_job imports it from there when it runs
+    return cell_job(cfg, out)

@@ -371,23 +371,22 @@ class GridRunner:
             return self.finished(plan.cells())
         from .workers import cell_job, run_parallel
 
-        prepared: dict[Cell, tuple[Cell, DictConfig, Path]] = {}
+        composed: dict[Cell, tuple[Cell, DictConfig, Path]] = {}
 
         def dirs() -> dict[Cell, Path]:
             return {c: self.directory(self.resolve(c)) for c in plan.cells()}
 
         def refill() -> list[tuple[Cell, DictConfig, Path]]:
-            items = []
-            for cell in plan.ready(taken):
-                if cell not in prepared:
-                    cfg, out = self.config(self.resolve(cell))
-                    out.mkdir(parents=True, exist_ok=True)
-                    prepared[cell] = (cell, self._prepare(cfg, out, "[plan]", cell.label), out)
-                items.append(prepared[cell])
-            return items
+            for cell in (ready := plan.ready(taken)):
+                if cell not in composed:  # composed only: nothing is written before it starts
+                    composed[cell] = (cell, *self.config(self.resolve(cell)))
+            return [composed[cell] for cell in ready]
 
-        def submitted(item: tuple[Cell, DictConfig, Path]) -> None:
-            taken.add(item[0])
+        def submitted(item: tuple[Cell, DictConfig, Path]) -> tuple[Cell, DictConfig, Path]:
+            cell, cfg, out = item
+            taken.add(cell)
+            out.mkdir(parents=True, exist_ok=True)
+            return cell, self._prepare(cfg, out, "[plan]", cell.label), out
 
         self.failed = run_parallel(refill(), workers, self.root / ".submitit", job=job or cell_job,
                                    refill=refill, on_submit=submitted,

@@ -15,8 +15,10 @@ import logging
 import os
 import re
 import signal
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,12 +32,31 @@ log = logging.getLogger(__name__)
 
 POLL_S = 1.0
 TIMEOUT_MIN = 7 * 24 * 60  # a cell runs until it finishes (the local executor's default is 2 min)
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
+
+
+def _stop_as_a_run_does() -> None:
+    """Make this job process stop on SIGTERM as `python train.py` does. submitit's job process
+    ignores SIGTERM (it logs "Bypassing signal SIGTERM" and goes on): a stop that came before
+    training began, or between its stages, would be lost and the cell would train on after
+    the grid said it stopped. With the default back, Lightning's own handler takes over in
+    training (the cell checkpoints where it stands and stops) and elsewhere the process ends
+    (the next run resumes it). And the cell gets SIGTERM when the process that started it
+    dies (Linux): a killed job controller never leaves a trainer running unseen."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() == 1:  # its parent died before the call: nobody would signal it
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def cell_job(cfg: DictConfig, out: Path) -> str:
     """A cell in its job's process, under its lock (another process may work the same grid)."""
     from ..lit import train
 
+    _stop_as_a_run_does()
     lock = CellLock(out)
     if (holder := lock.try_take()) is not None:
         return f"being trained by {holder} ({out / LOCK}); skipped here"
@@ -92,15 +113,35 @@ class Progress:
                 f"{len(self.failed)} failed{eta}")
 
 
-def slot_parameters(slot: int, gpus: int, threads: int | None) -> dict:
+def slot_parameters(slot: int, gpus: int) -> dict:
     """submitit local parameters of the job in `slot`: its own GPU (several jobs per GPU when
-    the slots exceed them), else its share of the cores."""
+    the slots exceed them)."""
     params = {"timeout_min": TIMEOUT_MIN, "signal_delay_s": 120}
     if gpus:
         params.update(gpus_per_node=1, visible_gpus=[slot % gpus])
-    else:
-        params["setup"] = [f"export OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads}"]
     return params
+
+
+@contextmanager
+def thread_environment(threads: int | None) -> Iterator[None]:
+    """The job started inside gets `threads` as its OpenMP/MKL thread count (its share of the
+    cores): the local executor copies this process's environment into the job. (Not submitit's
+    `setup` lines: they put a shell between the job and the grid, and a shell killed alone
+    leaves the cell training with the grid counting it failed.)"""
+    if threads is None:
+        yield
+        return
+    names = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    before = {k: os.environ.get(k) for k in names}
+    os.environ.update({k: str(threads) for k in names})
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def gpu_count() -> int:
@@ -110,9 +151,9 @@ def gpu_count() -> int:
 
 
 def signal_tree(pid: int, sig: int) -> None:
-    """Send `sig` to a process and every process under it (a submitit local job is a shell
-    that runs the cell's Python: the signal must reach the cell itself). Children are read
-    from /proc where there is one, else only `pid` is signalled."""
+    """Send `sig` to a process and every process under it (a submitit local job is a
+    controller process that runs the cell's Python: the signal must reach the cell itself).
+    Children are read from /proc where there is one, else only `pid` is signalled."""
     pids, k = [pid], 0
     while k < len(pids):
         for task in Path(f"/proc/{pids[k]}/task").glob("*"):
@@ -141,7 +182,7 @@ def run_pool(executor, todo: list, workers: int, gpus: int, threads: int | None,
 
     def stop(signum, frame) -> None:
         stopping.append(signum)
-        for _, job in running.values():  # the job's shell wrapper and the cell process under it
+        for _, job in running.values():  # the job's controller and the cell process under it
             signal_tree(job._process.pid, signal.SIGTERM)
 
     previous = signal.signal(signal.SIGTERM, stop)
@@ -150,8 +191,9 @@ def run_pool(executor, todo: list, workers: int, gpus: int, threads: int | None,
             while queue and len(running) < workers and not stopping:
                 slot = min(set(range(workers)) - set(running))
                 item = queue.pop(0)
-                executor.update_parameters(**slot_parameters(slot, gpus, threads))
-                running[slot] = (item, submit(item, slot))
+                executor.update_parameters(**slot_parameters(slot, gpus))
+                with thread_environment(None if gpus else threads):
+                    running[slot] = (item, submit(item, slot))
             time.sleep(POLL_S)
             for slot, (item, job) in list(running.items()):
                 if job.done():
@@ -167,18 +209,19 @@ def run_parallel(todo: list[tuple[Cell, DictConfig, Path]], workers: int, folder
                  gpus: int | None = None, job=cell_job,
                  on_change: Callable[[set[str]], None] | None = None,
                  refill: Callable[[], list] | None = None,
-                 on_submit: Callable[[tuple], None] | None = None) -> list[str]:
+                 on_submit: Callable[[tuple], tuple | None] | None = None) -> list[str]:
     """Train `todo`'s cells (cell, its prepared config, its dir) with up to `workers` jobs at
     once (each `job(cfg, out)` in its own process; gpus: None counts them) -> the failures, each
     "label: what (log)"; on_change(failed labels) after each start and end. refill() -> the
     items that may start now, asked after each end (a plan: compare/plan.py), on_submit(item)
-    as each starts. SIGTERM stops the grid with a RunFault once every running cell has
-    checkpointed."""
+    as each starts (-> the item to run, its config prepared then, or None: as it is). SIGTERM
+    stops the grid with a RunFault once every running cell has checkpointed."""
     try:
         import submitit
     except ImportError:
         raise UserError('compare.workers needs submitit: pip install -e ".[cluster]"') from None
     from ..errors import RunFault
+    from ..lit.faults import grid_command
 
     gpus = gpu_count() if gpus is None else gpus
     threads = threads_per_cell([c for _, c, _ in todo], workers) if not gpus else None
@@ -200,10 +243,10 @@ def run_parallel(todo: list[tuple[Cell, DictConfig, Path]], workers: int, folder
                              - len(started), workers)
 
     def submit(item: tuple[Cell, DictConfig, Path], slot: int):
+        if on_submit is not None:
+            item = on_submit(item) or item
         cell, cfg, out = item
         started[cell] = time.time()
-        if on_submit is not None:
-            on_submit(item)
         log.info("grid: %s started (worker %d%s) -> %s", cell.label, slot,
                  f", GPU {slot % gpus}" if gpus else f", {threads} threads", out)
         log.info("%s", line())
@@ -231,7 +274,7 @@ def run_parallel(todo: list[tuple[Cell, DictConfig, Path]], workers: int, folder
     run_pool(executor, todo, workers, gpus, threads, submit, finished, stopping,
              refilled if refill is not None else None)
     if stopping:
-        raise RunFault(f"grid stopped: SIGTERM received; {len(progress.times)} cells finished, the "
-                       "running ones checkpointed where they stood; run the same command again to "
-                       "continue (each cell resumes from its checkpoint)")
+        raise RunFault(f"grid stopped: SIGTERM received; {progress.done} cells finished, each "
+                       "running one checkpointed where it stood (one stopped before its first "
+                       "step starts again); continue with: " + grid_command())
     return sorted(progress.failed)

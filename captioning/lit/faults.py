@@ -108,19 +108,34 @@ def resume_command(out: Path, overrides: list[str]) -> str:
     return shlex.join(["python", "train.py", *kept, f"resume={out}"])
 
 
-def continue_command(out: Path) -> str:
-    """The command that continues: train.py's with resume=<run>, or, for a run that is a cell of
-    a comparison grid (scripts/compare.py), the grid's own command (its cells resume)."""
+def _hydra_overrides() -> tuple[str, list[str]] | None:
+    """(config name, command-line overrides) of the Hydra app running, None outside one."""
     from hydra.core.hydra_config import HydraConfig
 
     try:
         hydra = HydraConfig.get()
-    except ValueError:  # called without Hydra (tests, a notebook): no overrides to repeat
+    except ValueError:  # called without Hydra (tests, a notebook)
+        return None
+    return hydra.job.config_name, list(hydra.overrides.task)
+
+
+def grid_command() -> str:
+    """The command that continues a comparison grid: its own (its cells resume)."""
+    app = _hydra_overrides()
+    if app is None:
+        return "the same scripts/compare.py command"
+    return shlex.join(["python", "scripts/compare.py", *app[1]])
+
+
+def continue_command(out: Path) -> str:
+    """The command that continues: train.py's with resume=<run>, or, for a run that is a cell of
+    a comparison grid (scripts/compare.py), the grid's own command (its cells resume)."""
+    app = _hydra_overrides()
+    if app is None:  # no overrides to repeat
         return resume_command(out, [])
-    overrides = list(hydra.overrides.task)
-    if hydra.job.config_name == "compare":
-        return shlex.join(["python", "scripts/compare.py", *overrides])
-    return resume_command(out, overrides)
+    if app[0] == "compare":
+        return grid_command()
+    return resume_command(out, app[1])
 
 
 class CheckpointOnStop(Callback):
