@@ -17,7 +17,7 @@ help:
 	@echo "make test-all    the suite with the slow tests"
 	@echo "make lint        ruff"
 	@echo "make lock        rewrite requirements.lock from the installed dependencies"
-	@echo "make wheels      wheels for scripts/gpu_check.sh (TARGET_PY, TARGET_TORCH)"
+	@echo "make wheels      wheels for maint/gpu_check.sh (TARGET_PY, TARGET_TORCH)"
 	@echo "make clean       caches and build leftovers (__pycache__, .pytest_cache, .ruff_cache, build/)"
 	@echo "make clean-logs  every run under outputs/: checkpoints, logs, results (cannot be undone)"
 	@echo "make clean-data  the feature stores in data/cache/ (re-extracted on the next run)"
@@ -50,14 +50,14 @@ test-all: install
 lint: install
 	$(PY) -m ruff check .
 
-# Wheels for scripts/gpu_check.sh on a GPU machine without internet (its Python and torch).
+# Wheels for maint/gpu_check.sh on a GPU machine without internet (its Python and torch).
 TARGET_PY    ?= 3.12
 TARGET_TORCH ?= 2.11
 wheels: install
-	$(PY) scripts/make_wheels.py --python $(TARGET_PY) --torch $(TARGET_TORCH)
+	$(PY) maint/make_wheels.py --python $(TARGET_PY) --torch $(TARGET_TORCH)
 
 lock: install
-	$(PY) scripts/lock_requirements.py
+	$(PY) maint/lock_requirements.py
 
 clean:
 	rm -rf .pytest_cache .ruff_cache build *.egg-info

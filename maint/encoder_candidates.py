@@ -25,13 +25,15 @@ import sys
 import time
 from pathlib import Path
 
+from captioning.errors import ArgumentParser
+
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = ["test/bleu4", "test/cider", "test/attr_acc", "test/grounding_ratio", "test/attn_entropy",
            "best_epoch", "epochs_trained", "wall_time_s", "machine", "accelerator", "encoder_sha256"]
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="the JSON to write")
     p.add_argument("--candidates", default="random,image,cells")
     p.add_argument("--encoders", default="data/encoders", help="where the weights files are")

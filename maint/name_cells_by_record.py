@@ -10,11 +10,11 @@ cell by its record, as before. Reports never print cell names, so they rebuild u
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 from pathlib import Path
 
+from captioning.errors import ArgumentParser
 from captioning.provenance import fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +31,7 @@ def misnamed(results: Path) -> list[tuple[Path, str]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--apply", action="store_true", help="rename (default: list only)")
     args = parser.parse_args()
     moves = misnamed(ROOT / "results")

@@ -201,23 +201,3 @@ def test_adaptive_with_the_refiner_trains_and_logs_the_sentinel(decoder, tiny_cf
 
     model, _, _ = load_checkpoint(best)  # results.json's params count the refiner too
     assert results["params"] == sum(p.numel() for m in (model.decoder, model.refiner) for p in m.parameters())
-    if decoder == "lstm":  # the word-class analysis runs on such a checkpoint
-        import subprocess
-        import sys
-
-        script = Path(__file__).resolve().parents[1] / "scripts" / "sentinel_words.py"
-        out = subprocess.run([sys.executable, str(script), str(best), "--split", "test"],
-                             capture_output=True, text=True, check=True).stdout
-        assert "| visual |" in out and "| function |" in out
-
-
-def test_sentinel_by_word_class():
-    from captioning.metrics.sentinel import sentinel_by_word, word_class
-
-    assert [word_class(w) for w in ["red", "tiny", "left", "the", "of", "picture"]] == [
-        "visual", "visual", "visual", "function", "function", "other"]
-    weights = torch.tensor([[0.1, 0.1], [0.5, 0.5], [0.3, 0.3]])  # sentinel 0.8, 0.0, 0.4
-    out = sentinel_by_word([(["the", "red", "of"], sentinel_weight(weights))])
-    assert out["classes"]["function"] == (pytest.approx(0.6), 2)
-    assert out["classes"]["visual"] == (pytest.approx(0.0), 1)
-    assert out["words"]["the"] == (pytest.approx(0.8), 1)

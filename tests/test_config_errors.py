@@ -45,7 +45,7 @@ def test_every_config_composes_and_builds(group, option, tmp_path):
 
         check_config(OmegaConf.to_container(cfg, resolve=True))  # every preset's keys are valid
         if cfg.trainer.accelerator == "gpu" and not torch.cuda.is_available():
-            return  # composes and checks here; built on a GPU machine (scripts/gpu_check)
+            return  # composes and checks here; built on a GPU machine (maint/gpu_check.sh)
         trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
         if trainer_cfg["precision"] == "auto":  # train() measures it with the model; not here
             with pytest.raises(ValueError, match="must be resolved"):

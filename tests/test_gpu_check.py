@@ -1,4 +1,4 @@
-"""scripts/gpu_check.sh, the one command for a fresh GPU machine, runs end to end here with
+"""maint/gpu_check.sh, the one command for a fresh GPU machine, runs end to end here with
 --device cpu (tiny shapes): version check, benchmark in bf16 and fp32, a short training run per
 decoder with beam evaluation, summary.json/summary.md."""
 
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_gpu_check_on_cpu(tmp_path):
     proc = subprocess.run(
-        ["bash", "scripts/gpu_check.sh", "--device", "cpu", "--out", str(tmp_path / "check")],
+        ["bash", "maint/gpu_check.sh", "--device", "cpu", "--out", str(tmp_path / "check")],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
         env={**os.environ, "PYTHON": sys.executable})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

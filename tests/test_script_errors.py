@@ -1,4 +1,4 @@
-"""Every command in scripts/ (and train.py) answers a user's mistake the same way: one line on
+"""Every command in scripts/ and maint/ (and train.py) answers a user's mistake the same way: one line on
 stderr naming what is wrong, exit status 2, no traceback, before any long work."""
 
 from __future__ import annotations
@@ -14,6 +14,12 @@ ROOT = Path(__file__).resolve().parents[1]
 NOPE = "/nonexistent/nope"
 
 # script -> (arguments with one mistake, a word the message must contain)
+MAINT = {
+    "encoder_candidates.py": ([], "--out"),
+    "lock_requirements.py": (["--check", "--out", f"{NOPE}.lock"], "nope.lock"),
+    "make_wheels.py": (["--torch", "3.0", "--dest", f"{NOPE}-wheels"], "only torch 2.x"),
+    "name_cells_by_record.py": (["--no-such-flag"], "--no-such-flag"),
+}
 MISTAKES = {
     "benchmark.py": (["--no-such-flag"], "--no-such-flag"),
     "caption.py": ([f"checkpoint={NOPE}.ckpt", "image=x.png"], "checkpoint not found"),
@@ -21,16 +27,10 @@ MISTAKES = {
                     f"compare.throughput_from={NOPE}.json"], "compare.throughput_from"),
     "evaluate.py": ([f"checkpoint={NOPE}.ckpt"], "checkpoint not found"),
     "export_encoder.py": ([f"{NOPE}.ckpt", "out.pth"], "checkpoint not found"),
-    "feature_drift.py": ([f"{NOPE}.ckpt"], "checkpoint not found"),
     "gallery.py": ([f"runs=[{NOPE}]"], "no predictions.json"),
-    "lock_requirements.py": (["--check", "--out", f"{NOPE}.lock"], "nope.lock"),
-    "make_wheels.py": (["--torch", "3.0", "--dest", f"{NOPE}-wheels"], "only torch 2.x"),
-    "measure_denormals.py": ([f"{NOPE}.ckpt"], "no such file"),
-    "measure_store.py": ([], "--workdir"),
     "prepare_data.py": (["data=flickr8k", f"data.json_path={NOPE}.json"], "dataset JSON not found"),
     "pretrain_encoder.py": ([], "--out"),
     "score.py": ([f"{NOPE}.json", f"{NOPE}-refs.json"], "nope.json"),
-    "sentinel_words.py": ([f"{NOPE}.ckpt"], "checkpoint not found"),
 }
 
 
@@ -41,13 +41,16 @@ def _run(cmd: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
 
 def test_every_script_is_covered():
     shipped = {p.name for p in (ROOT / "scripts").iterdir() if p.suffix in (".py", ".sh")}
-    assert shipped == set(MISTAKES) | {"gpu_check.sh"}
+    assert shipped == set(MISTAKES)
+    tools = {p.name for p in (ROOT / "maint").iterdir() if p.suffix in (".py", ".sh")}
+    assert tools == set(MAINT) | {"gpu_check.sh"}
 
 
-@pytest.mark.parametrize("script", sorted(MISTAKES))
+@pytest.mark.parametrize("script", [f"scripts/{s}" for s in sorted(MISTAKES)]
+                         + [f"maint/{s}" for s in sorted(MAINT)])
 def test_a_mistake_is_one_line_and_exit_status_2(script, tmp_path):
-    args, word = MISTAKES[script]
-    done = _run([sys.executable, str(ROOT / "scripts" / script), *args], tmp_path)
+    args, word = {**MISTAKES, **MAINT}[script.split("/")[1]]
+    done = _run([sys.executable, str(ROOT / script), *args], tmp_path)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2, done.stderr[-2000:]
     assert len(lines) == 1 and lines[0].startswith("error: ") and word in lines[0], done.stderr[-2000:]
@@ -71,7 +74,7 @@ def test_gpu_check_mistakes_are_one_line_and_exit_status_2(mistake, tmp_path):
             pytest.skip("a GPU is here: --device cuda is no mistake")
     args, word = {"flag": (["--bogus"], "usage:"),
                   "no-gpu": (["--device", "cuda", "--out", str(tmp_path / "out")], "--device cuda")}[mistake]
-    done = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), *args], capture_output=True,
+    done = subprocess.run(["bash", str(ROOT / "maint" / "gpu_check.sh"), *args], capture_output=True,
                           text=True, env={**os.environ, "PYTHON": sys.executable}, timeout=300)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and word in lines[0], done.stderr

@@ -212,7 +212,7 @@ def throughput_markdown(tp: dict) -> list[str]:
     if not str(tp.get("device", "cpu")).startswith("cuda"):
         # The claim's 1.7x is a V100 figure: a CPU ratio does not test it.
         lines += ["", f"Measured on {tp.get('device', 'cpu')}; the GPU dot/additive ratio is not "
-                  "measured yet (`bash scripts/gpu_check.sh` on a GPU machine measures it)."]
+                  "measured yet (`bash maint/gpu_check.sh` on a GPU machine measures it)."]
     return lines
 
 

@@ -11,7 +11,7 @@ from ..models.attention.position import grid_side
 from .prepare import locate_and_read
 from .vocab import Vocabulary
 
-# Training RAM, measured with scripts/measure_store.py (docs/benchmarks.md, AMX CPU, LSTM,
+# Training RAM, measured by a one-off script (docs/benchmarks.md, AMX CPU, LSTM,
 # 2 DataLoader workers): 4,019 MB at 5,000 images, 4,605 MB at 40,000: a fixed part (torch,
 # the model, the normaliser fit on <= 100k rows) and a few KB per image (records, captions).
 RAM_BASE_MB, RAM_PER_IMAGE_KB = 3935, 16.7

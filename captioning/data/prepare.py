@@ -139,7 +139,7 @@ def locate_dataset(data_cfg: dict, enc_cfg: dict, training: bool = False) -> Loc
 
 def dataset_store(data_cfg: dict, enc_cfg: dict) -> FeatureStore:
     """The dataset's feature store, opened (or created empty) without extracting anything:
-    for tools that fill or inspect it (scripts/measure_store.py)."""
+    for tools that fill or inspect it."""
     if enc_cfg["name"] == "precomputed":
         raise UserError("encoder=precomputed: its store is filled from encoder.path by training "
                         "(nothing to extract)")

@@ -2,8 +2,8 @@
 the project needs (its dependencies and the dev and cluster extras, and theirs, recursively),
 nothing else that happens to be installed.
 
-    .venv/bin/python scripts/lock_requirements.py            # rewrite requirements.lock
-    .venv/bin/python scripts/lock_requirements.py --check    # exit 2 if it would change
+    .venv/bin/python maint/lock_requirements.py            # rewrite requirements.lock
+    .venv/bin/python maint/lock_requirements.py --check    # exit 2 if it would change
 
 Run it in the venv `make install` built, after changing a dependency in pyproject.toml and
 testing the new versions (`pip install -U <pkg>`, `make test`).
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.check:
         if out.read_text() != text:
             raise UserError(f"{out} is not the closure of the installed dependencies; run "
-                            "scripts/lock_requirements.py")
+                            "maint/lock_requirements.py")
         print(f"{out}: up to date")
         return
     out.write_text(text)

@@ -1,4 +1,4 @@
-"""Fill wheels/ with what scripts/gpu_check.sh may have to install on a GPU machine that has
+"""Fill wheels/ with what maint/gpu_check.sh may have to install on a GPU machine that has
 Python, PyTorch and pytorch-lightning but no internet: `make wheels TARGET_PY=3.12 TARGET_TORCH=2.11`.
 
 Only what the check imports (no wandb, TensorBoard, matplotlib or the Java-based metrics);

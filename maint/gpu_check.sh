@@ -7,7 +7,7 @@
 #   2. a short `train.py trainer=gpu` on the built-in data for each decoder, whose test stage is
 #      the beam evaluation (beam 5);
 #   3. summary.json + summary.md in the output folder.
-# usage: [PYTHON=python3] scripts/gpu_check.sh [--device cuda|cpu] [--out DIR]
+# usage: [PYTHON=python3] maint/gpu_check.sh [--device cuda|cpu] [--out DIR]
 # (PYTHON: the interpreter that has PyTorch; --device cpu: tiny shapes, for CI)
 set -uo pipefail
 cd "$(dirname "$0")/.."
