@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 TEST_WORKERS ?= auto
 
-.PHONY: help install demo train test test-all lint lock clean clean-logs clean-data wheels
+.PHONY: help install demo train test test-all lint docs lock clean clean-logs clean-data wheels
 
 help:
 	@echo "make install     .venv with the pinned versions (requirements.lock); every target does it first"
@@ -16,6 +16,7 @@ help:
 	@echo "make test        the default test suite, as CI runs it (ARGS: pytest arguments)"
 	@echo "make test-all    the suite with the slow tests"
 	@echo "make lint        ruff"
+	@echo "make docs        the docs' generated tables and verdict, from the committed data"
 	@echo "make lock        rewrite requirements.lock from the installed dependencies"
 	@echo "make wheels      wheels for maint/gpu_check.sh (TARGET_PY, TARGET_TORCH)"
 	@echo "make clean       caches and build leftovers (__pycache__, .pytest_cache, .ruff_cache, build/)"
@@ -46,6 +47,11 @@ test: install
 
 test-all: install
 	$(PY) -m pytest -n $(TEST_WORKERS) $(ARGS)
+
+# The docs' tables and the verdict's sentences, regenerated from committed data (a test checks
+# that this changes nothing).
+docs: install
+	$(PY) maint/make_docs.py
 
 lint: install
 	$(PY) -m ruff check .

@@ -16,7 +16,7 @@ from .errors import UserError
 # LSTM decoder's batch shrinks step by step with the captions' lengths, and forward and backward
 # of a training batch then meet more shapes than 1024 kernels hold, so bf16 training made its
 # kernels again at every step: 1.6-1.7x slower steps at the built-in run's shapes on an AMX CPU
-# (docs/benchmarks.md: "Training precision"). A few KB per kernel.
+# (docs/benchmarks.md: "The hot paths"). A few KB per kernel.
 ONEDNN_KERNEL_CACHE = 16384
 
 # glibc malloc options (mallopt's parameter numbers, malloc.h) and the values set_malloc() gives

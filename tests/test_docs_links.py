@@ -55,3 +55,23 @@ def test_a_broken_link_is_caught(tmp_path):
 
 def test_the_readme_is_a_ten_minute_read():
     assert len((ROOT / "README.md").read_text().splitlines()) <= 80
+
+
+@pytest.mark.parametrize("page", PAGES[1:], ids=[str(p.relative_to(ROOT)) for p in PAGES[1:]])
+def test_each_doc_reads_at_a_sitting(page):
+    assert len(page.read_text().splitlines()) <= 300
+
+
+def test_the_product_speaks_of_itself():
+    """No word of how the work was done (sessions, lanes, stops, what was lent) and no path
+    outside the repository in the product's files; pytest's own session scope is fine."""
+    import subprocess
+
+    words = r"\bsessions?\b|\blanes?\b|this stop|the issue|issue's|was lent|\.\./shared"
+    found = subprocess.run(["git", "grep", "-n", "-i", "-E", words, "--", "README.md", "docs", "captioning",
+                            "conf", "scripts", "tests", "data/README.md", "maint"],
+                           cwd=ROOT, capture_output=True, text=True).stdout.splitlines()
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    ours = Path(__file__).name
+    assert [f for f in found if 'scope="session"' not in f and not f.startswith(f"tests/{ours}:")] == []

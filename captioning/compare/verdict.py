@@ -127,21 +127,26 @@ def rendered(text: str, report: dict, link: str) -> str:
                     text)
 
 
-def main() -> int:
-    path = newest_report()
+def generated(root: Path = ROOT) -> dict[str, str]:
+    """{file: its text with the verdict blocks made from the newest committed report}; empty
+    when there is no committed report."""
+    path = newest_report(root)
     if path is None:
+        return {}
+    report = json.loads(path.read_text())
+    link = str(path.parent.relative_to(root) / "report.md")
+    return {name: rendered((root / name).read_text(), report,
+                           ("../" if name.startswith("docs/") else "") + link) for name in FILES}
+
+
+def main() -> int:
+    texts = generated()
+    if not texts:
         print("no committed convergence report", file=sys.stderr)
         return 1
-    report = json.loads(path.read_text())
-    for name in FILES:
-        file = ROOT / name
-        link = str(path.parent.relative_to(ROOT) / "report.md")
-        if name.startswith("docs/"):
-            link = "../" + link
-        text = file.read_text()
-        new = rendered(text, report, link)
-        if new != text:
-            file.write_text(new)
+    for name, new in texts.items():
+        if new != (ROOT / name).read_text():
+            (ROOT / name).write_text(new)
             print(f"{name}: verdict rewritten")
     return 0
 

@@ -5,8 +5,8 @@ a CPU, a measurement: training steps of a copy of this run's model on batches of
 (forward, loss, backward, the fused optimiser), fp32 against bf16 autocast as lit/mixed.py runs
 it, once per machine and model/shape signature (models/precision.py caches it). Whether a CPU's
 faster bf16 matmuls make the whole step faster depends on the model and the CPU: the LSTM's many
-small per-step ops can lose in bf16 what its matmuls gain (docs/benchmarks.md: "Training
-precision"). Several CPU processes (DDP) and a fine-tuned encoder get 32-true unmeasured. Any
+small per-step ops can lose in bf16 what its matmuls gain (docs/benchmarks.md: "`make
+train` in each precision"). Several CPU processes (DDP) and a fine-tuned encoder get 32-true unmeasured. Any
 other value of `trainer.precision` is used as given. Whether bf16-mixed trains as well as fp32
 is not measured per run: docs/benchmarks.md compares `make train` in both.
 """

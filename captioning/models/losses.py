@@ -5,7 +5,7 @@ The teacher-forced logits are the largest tensor of a training step ((B*T, V): 1
 batch 64, 20 tokens and 10,000 words). Under bf16 autocast the usual recipe casts them to fp32
 (a copy), takes log_softmax (a second (B*T, V) tensor), gathers, then in backward fills a zero
 (B*T, V) gradient, scatters, runs log_softmax's backward and casts back: about eight passes of
-memory traffic, on a CPU a large share of a step (docs/benchmarks.md: "Hot paths"). This
+memory traffic, on a CPU a large share of a step (docs/benchmarks.md: "The hot paths"). This
 computes the same loss and the same gradient row chunk by row chunk (each chunk's fp32 copy
 stays in cache) and writes the gradient once in the logits' own dtype. When the logits need a
 gradient (training), it is made in the forward pass from the same chunk, whose softmax is then

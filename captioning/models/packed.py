@@ -3,8 +3,8 @@
 A decoding step multiplies a small batch (M = 64 rows: one per image or beam) by the same
 weights at every token. `F.linear` hands a plain row-major weight to the GEMM, which re-lays it
 out for its kernel on each call: at M = 64 that is a large share of the product (the vocabulary
-head: a third of its time in bf16, over half in fp32 through MKL; docs/benchmarks.md, "Decoding
-from packed weights"). `packed_linears` packs each nn.Linear's weight once, lazily at its first
+head: a third of its time in bf16, over half in fp32 through MKL; docs/benchmarks.md, "The hot
+paths"). `packed_linears` packs each nn.Linear's weight once, lazily at its first
 call in the dtype that call runs in (autocast's, or the input's), and serves the decoding from
 the packed copy.
 

@@ -1,0 +1,172 @@
+"""Regenerate every generated part of the docs from committed data (`make docs`):
+
+- the verdict's sentences (README.md, docs/summary.md, docs/comparison.md) from the newest
+  committed convergence report (captioning/compare/verdict.py: the rule and the markers);
+- docs/benchmarks.md's tables from the measurements docs/figures.json lists (the benchmark's
+  JSON per CPU kind, and each pair of runs against the peer), between
+  `<!-- figures:NAME -->` and `<!-- /figures:NAME -->`.
+
+    python maint/make_docs.py            # rewrite what changed, name each file
+    python maint/make_docs.py --check    # exit 1 if anything would change (the test suite runs it)
+
+A figure is typed once, in its JSON; the docs' tables are made from it, never edited by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import MISSING
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from captioning.benchmark import config_fields  # noqa: E402
+from captioning.compare import verdict  # noqa: E402
+from captioning.errors import ArgumentParser  # noqa: E402
+
+FIGURES = ROOT / "docs" / "figures.json"
+BENCHMARKS = "docs/benchmarks.md"
+MARK = re.compile(r"(<!-- figures:([\w-]+) -->)(.*?)(<!-- /figures:\2 -->)", re.S)
+
+
+def _read(rel: str) -> dict:
+    return json.loads((ROOT / rel).read_text())
+
+
+def _x(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}" if a and b else ""
+
+
+def _pair(ours: float | None, peer: float | None) -> str:
+    return f"{_f(ours)} / {_f(peer)}" if ours and peer else ""
+
+
+def _f(v: float | None, digits: int = 1) -> str:
+    return "" if v is None else f"{v:,.{digits}f}"
+
+
+def _tflops(flop_per_s: float | None) -> str:
+    return "" if flop_per_s is None else f"{flop_per_s / 1e12:.3g}"
+
+
+def command(config: dict) -> str:
+    """The scripts/benchmark.py command that made a result: its flags that differ from the
+    defaults (the result's `config` records every setting)."""
+    flags = []
+    for f in config_fields():
+        if f.name not in config:
+            continue
+        value, default = config[f.name], (None if f.default is MISSING else f.default)
+        if value == default:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(value, list):  # older results recorded lists where the flag takes a, b
+            value = ",".join(map(str, value))
+        flags.append(flag if value is True else f"{flag} ''" if value == "" else f"{flag} {value}")
+    return " ".join(["python scripts/benchmark.py", *flags])
+
+
+def _ours(result: dict) -> tuple[float | None, float | None]:
+    """(LSTM + additive training captions/s in the precision the run chose, greedy images/s)."""
+    precision = result.get("default_precision", "fp32")
+    train = result.get("train", {}).get(f"lstm/additive/{precision}", {})
+    greedy = result.get("decode", {}).get("greedy_lstm", {})
+    return train.get("captions_per_s"), greedy.get("images_per_s")
+
+
+def _table(header: list[str], align: str, rows: list[list[str]]) -> str:
+    """A markdown table; align: one letter per column, l (text) or r (a number)."""
+    rule = ["---:" if a == "r" else "---" for a in align]
+    return "\n".join("| " + " | ".join(cells) + " |" for cells in [header, rule, *rows])
+
+
+MACHINE_COLUMNS = ["CPU", "date, commit", "precision chosen", "matmul peak fp32 / bf16, TFLOP/s",
+                   "LSTM + additive training, captions/s", "x naive", "greedy x naive",
+                   "beam 5: batched x per image", "dot / additive training (LSTM)", "result"]
+
+
+def machines_table(figures: dict) -> str:
+    rows, commands = [], []
+    for m in figures["machines"]:
+        r = _read(m["file"])
+        precision = r.get("default_precision", "fp32")
+        ratios, peak = r.get("ratios", {}), r.get("peak", {})
+        date = (m.get("date") or r.get("date", ""))[:10]
+        commit = m.get("commit") or str(r.get("commit", ""))[:7]
+        link = f"[{Path(m['file']).name}]({Path(m['file']).relative_to('docs')})"
+        rows.append([m["cpu"], f"{date}, {commit}", precision,
+                     f"{_tflops(peak.get('fp32_flop_per_s'))} / {_tflops(peak.get('bf16_flop_per_s'))}",
+                     _f(_ours(r)[0]), _f(ratios.get("train_lstm_additive_default_vs_naive_fp32"), 2),
+                     _f(ratios.get("greedy_lstm_vs_naive"), 2),
+                     _f(ratios.get("beam_batched_vs_per_image_lstm"), 2),
+                     _f(ratios.get(f"train_lstm_dot_over_additive_{precision}"), 2), link])
+        commands.append(f"- {Path(m['file']).name}: `{command(r['config'])}`")
+    return (_table(MACHINE_COLUMNS, "lllrrrrrrl", rows)
+            + "\n\nEach result's command (its `config` holds every setting):\n\n" + "\n".join(commands))
+
+
+PEER_COLUMNS = ["CPU", "pair (UTC)", "LSTM + additive training, 64 captions a step: ours / peer, captions/s",
+                "x peer", "64 images x 5 captions: ours / peer", "x peer",
+                "greedy LSTM: ours / peer, images/s", "x peer"]
+
+
+def peer_table(figures: dict) -> str:
+    rows = []
+    for p in figures["peer"]["pairs"]:
+        ours, peer = _read(p["ours"]), _read(p["peer"])
+        train, greedy = _ours(ours)
+        peer_train = peer["train"].get("updown/spi1", {}).get("captions_per_s")
+        peer_greedy = peer.get("decode", {}).get("greedy/updown", {}).get("images_per_s")
+        spi5 = spi5_peer = None
+        if "ours_spi5" in p:
+            spi5 = _ours(_read(p["ours_spi5"]))[0]
+            spi5_peer = peer["train"].get("updown/spi5", {}).get("captions_per_s")
+        links = ", ".join(f"[{k}]({Path(p[k]).relative_to('docs')})"
+                          for k in ("ours", "ours_spi5", "peer") if k in p)
+        note = f", {p['note']}" if p.get("note") else ""
+        rows.append([p["cpu"], f"{p.get('when') or ours['date'][:16]}{note} ({links})",
+                     _pair(train, peer_train), _x(train, peer_train), _pair(spi5, spi5_peer),
+                     _x(spi5, spi5_peer), _pair(greedy, peer_greedy), _x(greedy, peer_greedy)])
+    return _table(PEER_COLUMNS, "lllrlrlr", rows)
+
+
+TABLES = {"machines": machines_table, "peer": peer_table}
+
+
+def render_figures(text: str, figures: dict) -> str:
+    def table(m: re.Match) -> str:
+        if m.group(2) not in TABLES:
+            raise SystemExit(f"error: {BENCHMARKS}: unknown table figures:{m.group(2)}; "
+                             f"known: {', '.join(TABLES)}")
+        return f"{m.group(1)}\n{TABLES[m.group(2)](figures)}\n{m.group(4)}"
+
+    return MARK.sub(table, text)
+
+
+def generated() -> dict[str, str]:
+    """{file: its text as generated} for every file with generated parts."""
+    out = verdict.generated(ROOT)
+    out[BENCHMARKS] = render_figures((ROOT / BENCHMARKS).read_text(), json.loads(FIGURES.read_text()))
+    return out
+
+
+def main() -> int:
+    p = ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a file would change")
+    args = p.parse_args()
+    stale = []
+    for name, text in generated().items():
+        if (ROOT / name).read_text() != text:
+            stale.append(name)
+            if not args.check:
+                (ROOT / name).write_text(text)
+    for name in stale:
+        print(f"{name}: {'out of date (run make docs)' if args.check else 'rewritten'}")
+    return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
