@@ -1,17 +1,15 @@
-"""Caption raw image files with a checkpoint: encoder -> normaliser -> decoder (+ figures)."""
+"""Caption image files with a checkpoint (scripts/caption.py): inference.ImageCaptioner over a file
+or a folder, with figures; feature files for a model trained on precomputed features."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from .data.features import extraction_dtype
-from .data.images import ImageFiles
 from .data.precomputed import read_feature_file
 from .errors import UserError
-from .models.encoder import build_encoder
+from .inference import ImageCaptioner
 from .predict import Predictor
 
 
@@ -67,10 +65,7 @@ def caption_images(
     """-> ([{image, caption, figure}], [(path, why skipped)]). A directory is captioned file by
     file (sorted); unreadable files are skipped and reported, never fatal. Encoder and decoder
     run on `device` (auto: the GPU when there is one)."""
-    from .visualize import attention_figure
-
     predictor = Predictor.load(checkpoint, decode, device)
-    where = predictor.device
     cfg = predictor.cfg
     if not str(image).strip():
         raise ValueError("image= is empty: give an image file or a directory of images")
@@ -81,32 +76,18 @@ def caption_images(
     paths = sorted(p for p in image.iterdir() if p.is_file()) if many else [image]
     if cfg["encoder"]["name"] == "precomputed":
         return _caption_feature_files(predictor, paths, batch_size, attention_map)
-    tuned = predictor.model.encoder is not None  # encoder.finetune: the checkpoint's own stages
-    encoder = None if tuned else build_encoder(cfg["encoder"]).eval().to(where)  # the frozen network
-    # As the feature store was extracted: the run's encoder.precision.
-    dtype = extraction_dtype(where, cfg["encoder"]["precision"])
-    files = ImageFiles(paths, cfg["encoder"]["image_size"], cfg["data"]["max_image_pixels"])
+    captioner = ImageCaptioner(predictor, batch_size)
     results, skipped = [], []
-    for start in range(0, len(paths), batch_size):
-        items = [files[i] for i in range(start, min(start + batch_size, len(paths)))]
-        ok = [i for i, (_, why) in enumerate(items) if not why]
-        skipped += [(str(paths[start + i]), why) for i, (_, why) in enumerate(items) if why]
-        if not ok:
-            continue
-        pixels = torch.stack([items[i][0] for i in ok]).to(where)  # (B, 3, H, W) uint8
-        if tuned:  # as in training's validation: the tuned encoder, float32 features
-            raw = predictor.model.encode(pixels)  # (B, N, C)
-        else:  # as the feature store has them: the precision of extraction, stored as float16
-            with torch.autocast(where.type, dtype=dtype, enabled=dtype != torch.float32):
-                raw = encoder(pixels.float() / 255).to(torch.float16)  # (B, N, C)
-        captions = predictor(raw)
-        for i, caption in zip(ok, captions):
-            path, words = paths[start + i], caption.words
+    for start in range(0, len(paths), batch_size):  # a folder is read a batch at a time
+        chunk = paths[start : start + batch_size]
+        for path, caption in zip(chunk, captioner(chunk)):
+            if caption.error:
+                skipped.append((str(path), caption.error))
+                continue
             fig = _figure_path(attention_map, path, many)
             if fig is not None:
-                rgb = np.ascontiguousarray(items[i][0].permute(1, 2, 0).numpy())
-                attention_figure(rgb, words, caption.weights, fig, scale=scale)
-            results.append({"image": str(path), "caption": " ".join(words),
+                caption.figure(fig, scale=scale)
+            results.append({"image": str(path), "caption": caption.caption,
                             "figure": str(fig) if fig else None,
                             **({"nbest": caption.nbest} if caption.nbest else {})})
     return results, skipped

@@ -24,7 +24,8 @@ LAYERS = {
     "checkpoint": 4,
     "predict": 5,
     "evaluation": 6,
-    "caption_files": 6,
+    "inference": 6,  # ImageCaptioner: images in, captions and attention maps out (uses predict)
+    "caption_files": 7,  # scripts/caption.py's files and figures (uses inference)
     "gallery": 7,  # runs side by side as a web page (uses evaluation's decoding and the metrics)
     "lit": 7,  # the only layer that imports pytorch_lightning
     "compare": 8,

@@ -49,9 +49,10 @@ def _to_rgb(im: Image.Image) -> Image.Image:
     return im.convert("RGB")
 
 
-def read_image(path: str | Path, size: int, max_pixels: int = MAX_PIXELS,
-               root: Path | None = None) -> tuple[np.ndarray | None, str | None]:
-    """-> ((size, size, 3) uint8, None), or (None, why the file cannot be used)."""
+def open_rgb(path: str | Path, max_pixels: int = MAX_PIXELS,
+             root: Path | None = None) -> tuple[Image.Image | None, str | None]:
+    """-> (the file as an RGB image, upright by its EXIF orientation, None), or (None, why the
+    file cannot be used): training's rules for every file it reads."""
     refused = outside_root(Path(path), root)
     if refused:
         return None, refused
@@ -62,9 +63,7 @@ def read_image(path: str | Path, size: int, max_pixels: int = MAX_PIXELS,
             # PIL only warns between the limit and twice the limit: refuse both alike.
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(path) as im:
-                im = ImageOps.exif_transpose(im)
-                rgb = _to_rgb(im).resize((size, size), Image.BILINEAR)
-                return np.asarray(rgb, dtype=np.uint8).copy(), None
+                return upright_rgb(im), None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
         return None, f"too large ({err}); raise data.max_image_pixels to accept it"
     except FileNotFoundError:
@@ -75,6 +74,25 @@ def read_image(path: str | Path, size: int, max_pixels: int = MAX_PIXELS,
         return None, f"not a readable image ({type(err).__name__}: {str(err)[:200]})"
     finally:
         Image.MAX_IMAGE_PIXELS = previous
+
+
+def upright_rgb(im: Image.Image) -> Image.Image:
+    """A PIL image as the encoder reads it: rotated by its EXIF orientation, in RGB (loaded)."""
+    rgb = _to_rgb(ImageOps.exif_transpose(im))
+    rgb.load()
+    return rgb
+
+
+def encoder_pixels(rgb: Image.Image, size: int) -> np.ndarray:
+    """An RGB image -> (size, size, 3) uint8, resized whole (no crop) as the encoder sees it."""
+    return np.asarray(rgb.resize((size, size), Image.BILINEAR), dtype=np.uint8).copy()
+
+
+def read_image(path: str | Path, size: int, max_pixels: int = MAX_PIXELS,
+               root: Path | None = None) -> tuple[np.ndarray | None, str | None]:
+    """-> ((size, size, 3) uint8, None), or (None, why the file cannot be used)."""
+    rgb, why = open_rgb(path, max_pixels, root)
+    return (None, why) if rgb is None else (encoder_pixels(rgb, size), None)
 
 
 class ImageFiles(Dataset):

@@ -1,0 +1,77 @@
+"""ImageCaptioner: a checkpoint captions images from Python in two calls, equal to the run's own
+test-stage captions on the same images, with each word's attention as a map over the image."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from captioning import ImageCaptioner
+from captioning.lit import train
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    from conftest import TINY, compose_cfg, shrink
+
+    root = tmp_path_factory.mktemp("inference")
+    cfg = shrink(compose_cfg(TINY + ["trainer.max_epochs=2", "decode.beam_size=1",
+                                     "trainer.precision=32-true"], root / "run", root / "data"))
+    train(cfg)
+    return Path(cfg.paths.output_dir), root / "data"
+
+
+def _test_images(data: Path) -> dict:
+    """image_id -> its file, from the dataset's own listing."""
+    (listing,) = data.glob("synthetic/*/dataset.json")
+    return {str(im["imgid"]): listing.parent / im["filepath"] / im["filename"]
+            for im in json.loads(listing.read_text())["images"] if im["split"] == "test"}
+
+
+def test_the_test_splits_images_get_the_runs_own_captions(run):
+    out, data = run
+    predictions = json.loads((out / "predictions.json").read_text())
+    files = _test_images(data)
+    cap = ImageCaptioner.from_checkpoint(out / "checkpoints" / "best.ckpt", device="cpu")
+    results = cap([files[str(p["image_id"])] for p in predictions])
+    assert [r.caption for r in results] == [p["caption"] for p in predictions]
+    assert len({p["caption"] for p in predictions}) > 1  # the images are told apart: a real check
+
+
+def test_every_kind_of_image_gives_the_same_caption_and_a_bad_file_is_named(run, tmp_path):
+    out, data = run
+    path = next(iter(_test_images(data).values()))
+    pil = Image.open(path)
+    array = np.array(pil.convert("RGB"))
+    (tmp_path / "broken.png").write_bytes(b"not an image")
+    cap = ImageCaptioner.from_checkpoint(out / "checkpoints" / "best.ckpt", device="cpu", batch_size=2)
+    results = cap([path, pil, array, torch.from_numpy(array).permute(2, 0, 1), tmp_path / "broken.png",
+                   pil.convert("RGBA")])
+    assert len({r.caption for r in results if not r.error}) == 1 and results[0].caption
+    assert [bool(r.error) for r in results] == [False, False, False, False, True, False]
+    assert "not a readable image" in results[4].error
+    assert cap(path).pop().caption == results[0].caption  # one image alone, as a batch of one
+
+
+def test_each_words_map_spreads_its_keys_weights_over_their_blocks(run):
+    out, data = run
+    cap = ImageCaptioner.from_checkpoint(out / "checkpoints" / "best.ckpt", device="cpu")
+    path = next(iter(_test_images(data).values()))
+    wide = Image.open(path).convert("RGB").resize((70, 45))  # not square, not a multiple of the grid
+    (result,) = cap(wide)
+    maps = result.maps
+    assert maps.shape == (len(result.words), 45, 70)
+    side = int(result.weights.shape[-1] ** 0.5)
+    for i in range(side):
+        for j in range(side):
+            rows = slice(-(-i * 45 // side), -(-(i + 1) * 45 // side))
+            cols = slice(-(-j * 70 // side), -(-(j + 1) * 70 // side))
+            block = maps[:, rows, cols]
+            assert block.size and np.allclose(block, result.weights[:, i * side + j, None, None].numpy())
+    assert np.allclose(result.sentinel, 0, atol=1e-5)  # additive: every weight on the image
+    assert result.figure().ndim == 3
