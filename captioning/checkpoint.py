@@ -103,9 +103,13 @@ def model_state(ckpt: dict) -> dict:
 
 
 def load_checkpoint(path: str | Path, map_location: str = "cpu") -> tuple[Captioner, Vocabulary, dict]:
-    """(model in eval mode, vocabulary, resolved config) from a `*.ckpt` written by train()."""
+    """(model in eval mode, vocabulary, resolved config) from a `*.ckpt` written by train().
+    The config's trainer.precision is the one the run trained in (`auto` resolved, where the
+    checkpoint records it): what decoding it the way its test stage did needs."""
     ckpt = read_checkpoint(path, map_location)
     cfg, vocab = checkpoint_config(ckpt, path)
+    if ckpt.get("train_precision"):
+        cfg["trainer"]["precision"] = ckpt["train_precision"]
     model = build_captioner(cfg, len(vocab))
     model.load_state_dict(model_state(ckpt))
     return model.eval(), Vocabulary(vocab), cfg

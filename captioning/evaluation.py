@@ -22,7 +22,7 @@ def evaluate_checkpoint(
     data_overrides: dict | None = None,
     tokenizer: str = "simple",
     meteor: bool = True,
-    batch_size: int = 100,
+    batch_size: int | None = None,
     device: str = "auto",
 ) -> tuple[dict, list[dict], dict]:
     """-> (flat metrics in the results.json schema, COCO-format predictions (with decode.n_best
@@ -75,13 +75,15 @@ def decode_split(
     split: str = "test",
     decode: dict | None = None,
     data_overrides: dict | None = None,
-    batch_size: int = 100,
+    batch_size: int | None = None,
     device: str = "auto",
 ) -> tuple[Predictor, list, list[Caption], float]:
     """-> (the loaded predictor, the split's records, one Caption (words + attention) per record,
-    seconds spent decoding)."""
+    seconds spent decoding). batch_size None: the run's data.eval_batch_size, so that the
+    batches are its test stage's (on the run's machine and precision: its own captions)."""
     predictor = Predictor.load(checkpoint, decode, device)
     cfg = predictor.cfg
+    batch_size = batch_size or cfg["data"]["eval_batch_size"]
     data_cfg = {**cfg["data"], **(data_overrides or {})}
     # Raw features as cached; the checkpoint's own normaliser is inside the model. A fine-tuned
     # encoder's features are not in any store: its images are read and encoded here.

@@ -95,8 +95,10 @@ def _as_rgb(image: Any, max_pixels: int) -> tuple[Image.Image | None, str | None
 class ImageCaptioner:
     """A checkpoint ready to caption images: `from_checkpoint(path)`, then call it."""
 
-    def __init__(self, predictor: Predictor, batch_size: int = 16) -> None:
-        self.predictor, self.batch_size = predictor, batch_size
+    def __init__(self, predictor: Predictor, batch_size: int | None = None) -> None:
+        # default: the run's test-stage batches (data.eval_batch_size), as its captions were made
+        self.predictor = predictor
+        self.batch_size = batch_size or predictor.cfg["data"]["eval_batch_size"]
         self.max_pixels = predictor.cfg["data"].get("max_image_pixels") or MAX_PIXELS  # the run's limit
         enc = predictor.cfg["encoder"]
         self.precomputed = enc["name"] == "precomputed"
@@ -108,7 +110,7 @@ class ImageCaptioner:
 
     @classmethod
     def from_checkpoint(cls, checkpoint: str | Path, device: str = "auto", decode: dict | None = None,
-                        batch_size: int = 16) -> ImageCaptioner:
+                        batch_size: int | None = None) -> ImageCaptioner:
         """`decode`: settings over the checkpoint's own (beam_size, n_best, sample, ...);
         device: auto (the GPU when there is one), cpu, cuda, cuda:N. Read safely
         (weights_only), as every checkpoint here."""

@@ -125,7 +125,11 @@ class Predictor:
 
     def __call__(self, raw_features: torch.Tensor, regions: dict | None = None) -> list[Caption]:
         """Captions with their attention on the CPU (figures, JSON), wherever they were decoded;
-        `regions`: mask and boxes of region features (PreparedData.batch_features)."""
-        captions = caption_features(self.model, self.vocab, raw_features, self.decode, self.generator,
-                                    regions)
+        `regions`: mask and boxes of region features (PreparedData.batch_features). Decoded in
+        the precision the run was tested in (bf16 autocast after bf16-mixed training), as its
+        test stage did."""
+        bf16 = str(self.cfg["trainer"]["precision"]).startswith("bf16")
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bf16):
+            captions = caption_features(self.model, self.vocab, raw_features, self.decode,
+                                        self.generator, regions)
         return [Caption(c.words, c.weights.cpu(), c.steps.cpu(), c.nbest) for c in captions]

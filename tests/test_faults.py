@@ -195,6 +195,27 @@ def test_only_faults_of_the_surroundings_are_reworded():
     assert "shrank or vanished" in describe(bus)
 
 
+def test_a_worker_killed_while_it_hands_a_batch_over_is_named():
+    """Killed mid-transfer, a worker leaves the training process a broken connection (its
+    tensors come through a socket) instead of torch's worker message: the loader iterator in the
+    traceback names the worker that died. A broken connection elsewhere is no such fault."""
+    from types import SimpleNamespace
+
+    class Iterator:  # what torch's multiprocessing loader iterator holds: its worker processes
+        _workers = [SimpleNamespace(pid=11, exitcode=None), SimpleNamespace(pid=12, exitcode=-signal.SIGKILL)]
+
+        def next_batch(self):
+            raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
+
+    try:
+        Iterator().next_batch()
+    except ConnectionResetError as err:
+        line = describe(err)
+    assert line.startswith("a data-loading worker (pid 12) was killed by SIGKILL")
+    assert "data.num_workers=0" in line
+    assert describe(ConnectionResetError(errno.ECONNRESET, "reset")) is None
+
+
 def test_sigterm_mid_epoch_checkpoints_where_it_stands_and_resumes_exactly(uninterrupted, data, tmp_path):
     """SIGTERM (no step checkpoints: the one written is the signal's): exit 75, one line with
     the step and the resume command, and the resumed run ends as the uninterrupted one."""

@@ -15,15 +15,23 @@ from captioning import ImageCaptioner
 from captioning.lit import train
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def _train(root: Path, precision: str) -> tuple[Path, Path]:
     from conftest import TINY, compose_cfg, shrink
 
-    root = tmp_path_factory.mktemp("inference")
     cfg = shrink(compose_cfg(TINY + ["trainer.max_epochs=2", "decode.beam_size=1",
-                                     "trainer.precision=32-true"], root / "run", root / "data"))
+                                     f"trainer.precision={precision}"], root / "run", root / "data"))
     train(cfg)
     return Path(cfg.paths.output_dir), root / "data"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return _train(tmp_path_factory.mktemp("inference"), "32-true")
+
+
+@pytest.fixture(scope="module")
+def bf16_run(tmp_path_factory):
+    return _train(tmp_path_factory.mktemp("inference_bf16"), "bf16-mixed")
 
 
 def _test_images(data: Path) -> dict:
@@ -33,13 +41,21 @@ def _test_images(data: Path) -> dict:
             for im in json.loads(listing.read_text())["images"] if im["split"] == "test"}
 
 
-def test_the_test_splits_images_get_the_runs_own_captions(run):
-    out, data = run
+@pytest.mark.parametrize("which", ["run", "bf16_run"])
+def test_the_test_splits_images_get_the_runs_own_captions(which, request):
+    """On the machine and in the precision of the run (bf16-mixed: decoded under bf16 autocast,
+    in its test stage's batches): the API and evaluate.py give its test stage's own captions."""
+    from captioning.evaluation import decode_split
+
+    out, data = request.getfixturevalue(which)
     predictions = json.loads((out / "predictions.json").read_text())
     files = _test_images(data)
     cap = ImageCaptioner.from_checkpoint(out / "checkpoints" / "best.ckpt", device="cpu")
     results = cap([files[str(p["image_id"])] for p in predictions])
     assert [r.caption for r in results] == [p["caption"] for p in predictions]
+    _, records, decoded, _ = decode_split(out / "checkpoints" / "best.ckpt", "test", device="cpu")
+    by_file = {str(files[str(p["image_id"])].resolve()): p["caption"] for p in predictions}
+    assert [" ".join(c.words) for c in decoded] == [by_file[str(r.path.resolve())] for r in records]
     assert len({p["caption"] for p in predictions}) > 1  # the images are told apart: a real check
 
 

@@ -65,7 +65,7 @@ def _inline() -> list[tuple[str, ...]]:
     text = re.sub(r"```.*?```", "", README, flags=re.S)
     found = set()
     for span in re.findall(r"`([^`\n]+)`", text):
-        words = [m.groups() for w in span.split()
+        words = [m.groups() for w in re.sub(r"[\"']", " ", span).split()  # ARGS="a=1 b=2": a=1, b=2
                  if (m := re.fullmatch(r"(\+?[a-z_]+(?:\.[a-z_0-9]+)*)=([^()\s]+)", w))
                  and not PLACEHOLDER.search(m.group(2)) and m.group(2) != "nonsense"]
         options = [[f"{k}={v}" for v in value.split("|")] for k, value in words]

@@ -71,7 +71,7 @@ def _config(folder: Path, ckpt: Path | None) -> dict:
     return {}
 
 
-def load_run(folder: str | Path, name: str, split: str, device: str, batch_size: int = 100,
+def load_run(folder: str | Path, name: str, split: str, device: str, batch_size: int | None = None,
              checkpoint: str | Path | None = None):
     """-> (Run, the split's records as the checkpoint reads them, or None without a checkpoint).
     `checkpoint`: where the attention comes from when the folder has none (a comparison cell

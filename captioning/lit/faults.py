@@ -11,6 +11,7 @@ import errno
 import re
 import shlex
 import shutil
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -64,17 +65,38 @@ def _write_error(err: OSError) -> str:
 
 
 def _worker_death(match: re.Match) -> str:
-    pid, signal, code = match.groups()
-    if signal:
-        why = SIGNALS.get(signal.strip(), f"signal {signal.strip()}")
+    pid, signal_name, code = match.groups()
+    return _worker_words(pid.strip(), signal_name.strip() if signal_name else None, code)
+
+
+def _worker_words(pid: str, signal_name: str | None, code: str | None) -> str:
+    if signal_name:
+        why = SIGNALS.get(signal_name, f"signal {signal_name}")
         how = f"was killed by {why}"
     else:  # (torch's message when it found the worker gone before its signal handler did)
         how = ("exited unexpectedly" + (f" with exit code {code}" if code else "")
                + " (killed by the system, most often the out-of-memory killer: `dmesg | grep -i "
                "oom` says, or crashed)")
-    return (f"a data-loading worker (pid {pid.strip()}) {how}; try fewer workers "
+    return (f"a data-loading worker (pid {pid}) {how}; try fewer workers "
             "(data.num_workers=0 reads in the training process), a smaller data.batch_size, or "
             "more memory")
+
+
+def _died_handing_over(err: BaseException) -> str | None:
+    """A worker killed while it hands a batch over (its tensors go through a socket): the
+    training process's read fails with a broken connection, not with torch's worker message.
+    The loader iterator in the traceback knows which of its workers died, and of what."""
+    if not isinstance(err, (ConnectionError, EOFError)):
+        return None
+    tb = err.__traceback__
+    while tb is not None:
+        for w in getattr(tb.tb_frame.f_locals.get("self"), "_workers", None) or []:
+            code = getattr(w, "exitcode", None)
+            if code:  # None: alive; 0: finished normally
+                name = signal.strsignal(-code) if code < 0 else None
+                return _worker_words(str(w.pid), name, None if name else str(code))
+        tb = tb.tb_next
+    return None
 
 
 def describe(err: BaseException) -> str | None:
@@ -89,6 +111,8 @@ def describe(err: BaseException) -> str | None:
             return _write_error(e)
         if isinstance(e, RuntimeError) and (m := WORKER.search(str(e))):
             return _worker_death(m)
+        if (died := _died_handing_over(e)) is not None:
+            return died
     return None
 
 

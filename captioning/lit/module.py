@@ -155,6 +155,9 @@ class CaptioningModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["nonfinite_skipped"] = self.nonfinite_skipped
+        # The precision the run trains and tests in (auto: as measured): decoding the checkpoint
+        # later in the same precision gives the test stage's own captions (predict.Predictor).
+        checkpoint["train_precision"] = str(self.trainer.precision)
         # An epoch-end checkpoint is written after the validation and before the plateau rule
         # steps on its score (Lightning steps plateau schedulers after the checkpoint
         # callbacks, and not at all when it restarts from such a checkpoint): the score goes

@@ -36,7 +36,8 @@ class Evaluate:
     decode: DecodeOverride = setting(DecodeOverride())
     tokenizer: str = "simple"       # or ptb: coco-caption's tokeniser (needs Java)
     meteor: bool = True             # METEOR runs when Java is present
-    batch_size: int = 100
+    # images decoded at once; null: the run's data.eval_batch_size, its test stage's batches
+    batch_size: int | None = None
     data: dict[str, Any] = setting({})  # overrides of the checkpoint's data config: +data.<key>=value
     output_dir: str | None = None   # default: <run>/eval/<split>_beam<k>_alpha<a>
 
