@@ -112,7 +112,7 @@ def open_store(cache_dir: str | Path, key_parts: dict, paths: list[Path], enc_cf
                  "encoder.precision=%s extracts its own)", dirs[other], other, want,
                  "bf16" if want == "bfloat16" else "fp32")
         want = other
-    cells = grid_cells(enc_cfg["image_size"])
+    cells = grid_cells(enc_cfg["image_size"], enc_cfg["name"])
     # How it was built, recorded but not keyed: the batch changes float sums in the last bits only.
     built = {"batch_size": enc_cfg["batch_size"], "machine": cpu_kind(),
              "torch": torch.__version__}

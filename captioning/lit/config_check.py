@@ -24,7 +24,7 @@ from .. import schema
 from ..errors import UserError
 from ..models.attention import cross_attention_modules
 from ..models.captioner import build_captioner
-from ..models.encoder import ENCODERS, PRECISIONS, encoder_dim, find_weights, grid_cells
+from ..models.encoder import ENCODERS, PRECISIONS, encoder_dim, find_weights, grid_cells, size_problem
 from ..models.normalizer import NORMALIZE_METHODS
 from ..models.refiner import REFINERS
 from ..predict import decode_problems
@@ -177,6 +177,11 @@ def bad_values(cfg: dict) -> list[str]:
         if not (isinstance(pca, int) and 1 <= pca <= width):
             problems.append(f"encoder.pca_dim={pca!r}: must be null or 1..{width} ({enc['name']} "
                             f"features are {width}-d)")
+    if enc["name"] in ENCODERS and (why := size_problem(enc["name"], enc["image_size"])):
+        problems.append(f"encoder.image_size={enc['image_size']}: {why}")
+    if enc["name"] in ENCODERS and enc.get("finetune") and ENCODERS[enc["name"]].family != "resnet":
+        problems.append(f"encoder.finetune=true: the stages tuned are a ResNet's; {enc['name']} is used "
+                        "frozen (encoder.finetune=false)")
     return problems
 
 
@@ -309,7 +314,7 @@ def file_problems(cfg: dict, checkpoint_bytes: int) -> list[str]:
     syn = (cfg.get("data") or {}).get("synthetic")
     if syn and enc.get("name") in ENCODERS and enc.get("image_size"):
         images = syn["num_train"] + syn["num_val"] + syn["num_test"]
-        cells = grid_cells(enc["image_size"])
+        cells = grid_cells(enc["image_size"], enc["name"])
         need = images * cells * encoder_dim(enc["name"]) * FEATURE_BYTES
         cache = Path(cfg["data"].get("cache_dir") or out)
         if (free := _free_bytes(cache)) < need:

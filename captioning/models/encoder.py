@@ -1,4 +1,7 @@
-"""torchvision ResNet encoder: images (B, 3, H, W) -> grid features (B, N, C), N = (H/32)*(W/32)."""
+"""torchvision image encoders: images (B, 3, H, W) -> grid features (B, N, C). ResNets and
+ConvNeXt-T: the last stage's grid (N = (H/32)*(W/32)); Swin-T: its last stage's windows, after its
+norm; ViT-B/16: the patch tokens of its last layer (N = (H/16)*(W/16); the class token, a global
+summary, is left out: attention reads the patches)."""
 
 from __future__ import annotations
 
@@ -22,17 +25,49 @@ class EncoderSpec:
     builder: Callable[..., nn.Module]  # torchvision constructor
     weights: type  # torchvision weights enum (its DEFAULT names the ImageNet file)
     dim: int  # channels of the last stage: the feature width
+    family: str = "resnet"  # how its grid is read (_trunk)
+    stride: int = 32  # input pixels per grid cell along a side
 
 
 ENCODERS: Registry[EncoderSpec] = Registry("encoder")
-for _name, _builder, _weights, _dim in (
-    ("resnet18", torchvision.models.resnet18, torchvision.models.ResNet18_Weights, 512),
-    ("resnet34", torchvision.models.resnet34, torchvision.models.ResNet34_Weights, 512),
-    ("resnet50", torchvision.models.resnet50, torchvision.models.ResNet50_Weights, 2048),
-    ("resnet101", torchvision.models.resnet101, torchvision.models.ResNet101_Weights, 2048),
-    ("resnet152", torchvision.models.resnet152, torchvision.models.ResNet152_Weights, 2048),
+for _name, _builder, _weights, _dim, _family, _stride in (
+    ("resnet18", torchvision.models.resnet18, torchvision.models.ResNet18_Weights, 512, "resnet", 32),
+    ("resnet34", torchvision.models.resnet34, torchvision.models.ResNet34_Weights, 512, "resnet", 32),
+    ("resnet50", torchvision.models.resnet50, torchvision.models.ResNet50_Weights, 2048, "resnet", 32),
+    ("resnet101", torchvision.models.resnet101, torchvision.models.ResNet101_Weights, 2048, "resnet", 32),
+    ("resnet152", torchvision.models.resnet152, torchvision.models.ResNet152_Weights, 2048, "resnet", 32),
+    ("convnext_tiny", torchvision.models.convnext_tiny, torchvision.models.ConvNeXt_Tiny_Weights, 768,
+     "convnext", 32),
+    ("swin_t", torchvision.models.swin_t, torchvision.models.Swin_T_Weights, 768, "swin", 32),
+    ("vit_b_16", torchvision.models.vit_b_16, torchvision.models.ViT_B_16_Weights, 768, "vit", 16),
 ):
-    ENCODERS.add(_name, EncoderSpec(_builder, _weights, _dim))
+    ENCODERS.add(_name, EncoderSpec(_builder, _weights, _dim, _family, _stride))
+
+
+class _ViTPatches(nn.Module):
+    """A torchvision VisionTransformer's last layer as a grid: its patch tokens (B, D, h, w)."""
+
+    def __init__(self, vit: nn.Module) -> None:
+        super().__init__()
+        self.vit = vit
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = self.vit._process_input(x)  # (B, N, D): the patches, embedded
+        cls = self.vit.class_token.expand(len(tokens), -1, -1)  # (B, 1, D)
+        out = self.vit.encoder(torch.cat([cls, tokens], 1))[:, 1:]  # (B, N, D), positions added inside
+        h, w = x.shape[-2] // self.vit.patch_size, x.shape[-1] // self.vit.patch_size
+        return out.transpose(1, 2).reshape(len(x), -1, h, w)  # (B, D, h, w)
+
+
+def _trunk(family: str, net: nn.Module) -> nn.Module:
+    """The network without its classifier: images (B, 3, H, W) -> its grid (B, C, h, w)."""
+    if family == "resnet":
+        return nn.Sequential(*list(net.children())[:-2])  # drop avgpool and fc
+    if family == "convnext":
+        return net.features
+    if family == "swin":
+        return nn.Sequential(net.features, net.norm, net.permute)  # (B, h, w, C) -> (B, C, h, w)
+    return _ViTPatches(net)
 
 # Fine-tuning unit: the stem (conv1, bn1) and the four residual stages, as trunk indices.
 STAGES = ("stem", "layer1", "layer2", "layer3", "layer4")
@@ -47,10 +82,19 @@ def encoder_dim(name: str) -> int:
     return ENCODERS[name].dim
 
 
-def grid_cells(image_size: int) -> int:
-    """Feature cells of a ResNet at `image_size` px: its five stride-2 stages each round up
-    when halving (ceil(size / 32) per side): 128 px -> 16 (4x4), 224 -> 49 (7x7)."""
-    return math.ceil(image_size / 32) ** 2
+def grid_cells(image_size: int, name: str = "resnet50") -> int:
+    """Feature cells of encoder `name` at `image_size` px: a ResNet's five stride-2 stages each
+    round up when halving (ceil(size / 32) per side): 128 px -> 16 (4x4), 224 -> 49 (7x7); the
+    others take sizes that are a multiple of their stride (size_problem)."""
+    return math.ceil(image_size / ENCODERS[name].stride) ** 2
+
+
+def size_problem(name: str, image_size: int) -> str | None:
+    """Why `image_size` does not suit encoder `name`, or None."""
+    spec = ENCODERS[name]
+    if spec.family != "resnet" and image_size % spec.stride:
+        return f"{name} reads images in {spec.stride}-pixel steps: use a multiple of {spec.stride}"
+    return None
 
 
 def feature_dim(enc_cfg: dict) -> int:
@@ -120,7 +164,8 @@ def _load_pretrained(name: str, weights_path: str | None, verify: bool = True) -
 
 
 class ResNetEncoder(nn.Module):
-    """ResNet trunk without pooling/classifier, returning the last stage as a flattened grid."""
+    """A torchvision encoder without pooling/classifier, returning its last grid flattened (the
+    name is the first family's: every ENCODERS entry builds here)."""
 
     def __init__(
         self,
@@ -129,21 +174,30 @@ class ResNetEncoder(nn.Module):
         weights_path: str | None = None,
         init_seed: int = 0,
         verify_weights: bool = True,
+        image_size: int = 224,
     ) -> None:
         super().__init__()
         spec = ENCODERS[name]
         builder, self.out_dim = spec.builder, spec.dim
+        if problem := size_problem(name, image_size):
+            raise ValueError(f"encoder.image_size={image_size}: {problem}")
+        # ViT's position embeddings are made for one input size: it is built at the run's size
+        kwargs = {"image_size": image_size} if spec.family == "vit" else {}
         # A random encoder is a fixed function of its seed (and torch's init code), so features
         # cached from it and images captioned later see the same network.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(init_seed)
-            net = builder(weights=None)
+            net = builder(weights=None, **kwargs)
         self.weights_id = f"random-seed{init_seed}-torch{torch.__version__}"
         if pretrained:
             state, self.weights_id = _load_pretrained(name, weights_path, verify_weights)
+            if spec.family == "vit" and image_size != 224:  # the file's embeddings are for 224 px
+                from torchvision.models.vision_transformer import interpolate_embeddings
+
+                state = interpolate_embeddings(image_size, net.patch_size, state)
             net.load_state_dict(state)
-        # Drop avgpool and fc: attention needs the spatial grid.
-        self.trunk = nn.Sequential(*list(net.children())[:-2])
+        self.family = spec.family
+        self.trunk = _trunk(spec.family, net)  # attention needs the spatial grid
         self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1), persistent=False)
 
@@ -188,6 +242,9 @@ class TunableEncoder(ResNetEncoder):
 
     def __init__(self, stages: int = 1, precision: str = "auto", **kwargs) -> None:
         super().__init__(**kwargs)
+        if self.family != "resnet":
+            raise ValueError(f"encoder.finetune=true tunes a ResNet's stages; {kwargs.get('name')} is "
+                             "used frozen (extract its features once: encoder.finetune=false)")
         autocast_dtype(torch.device("cpu"), precision)  # an unknown name fails here, not mid-epoch
         self.precision = precision
         if not 1 <= stages <= len(STAGES):
@@ -249,7 +306,7 @@ def build_encoder(enc_cfg: dict) -> ResNetEncoder:
     """The frozen feature extractor described by the `encoder` config group."""
     return ResNetEncoder(
         enc_cfg["name"], enc_cfg["pretrained"], enc_cfg["weights_path"], enc_cfg["init_seed"],
-        enc_cfg["verify_weights"],
+        enc_cfg["verify_weights"], enc_cfg["image_size"],
     )
 
 
@@ -260,6 +317,7 @@ def build_tunable_encoder(enc_cfg: dict) -> TunableEncoder:
         enc_cfg["finetune_stages"], enc_cfg["precision"], name=enc_cfg["name"],
         pretrained=enc_cfg["pretrained"], weights_path=enc_cfg["weights_path"],
         init_seed=enc_cfg["init_seed"], verify_weights=enc_cfg["verify_weights"],
+        image_size=enc_cfg["image_size"],
     )
 
 

@@ -1,0 +1,77 @@
+"""Encoders beyond ResNet (torchvision's ConvNeXt-T, Swin-T, ViT-B/16; random init here, their
+weights enums and a local file as for ResNets): each gives a grid of 768-d features at the size it
+is configured for, the same grid for the same seed, and every attention mode with both decoders
+trains on it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY_DECODERS, compose_cfg
+
+from captioning.models.captioner import build_captioner
+from captioning.models.encoder import ENCODERS, build_encoder, grid_cells
+
+NEW = ["convnext_tiny", "swin_t", "vit_b_16"]
+MODES = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "attention").glob("*.yaml"))
+_features: dict[str, torch.Tensor] = {}
+
+
+def _grid(name: str) -> torch.Tensor:
+    """Features of 2 random 64-px images, made once per encoder."""
+    if name not in _features:
+        cfg = compose_cfg([f"encoder={name}", "encoder.image_size=64"], Path("/tmp"), Path("/tmp"))
+        encoder = build_encoder(dict(cfg.encoder)).eval()
+        with torch.no_grad():
+            _features[name] = encoder(torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(0)))
+    return _features[name]
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_each_encoder_gives_its_grid_of_768_d_features_the_same_for_its_seed(name):
+    feats = _grid(name)
+    assert feats.shape == (2, grid_cells(64, name), ENCODERS[name].dim) and ENCODERS[name].dim == 768
+    assert torch.isfinite(feats).all() and feats.std() > 0
+    assert feats[0].sub(feats[1]).abs().max() > 0  # two images, two grids
+    again = build_encoder({"name": name, "pretrained": False, "weights_path": None, "init_seed": 0,
+                           "verify_weights": True, "image_size": 64}).eval()
+    with torch.no_grad():
+        assert torch.equal(again(torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(0))), feats)
+
+
+def test_vit_is_built_for_the_size_it_reads_and_refuses_a_size_off_its_patches():
+    assert grid_cells(224, "vit_b_16") == 196 and grid_cells(224, "swin_t") == 49
+    with pytest.raises(ValueError, match="multiple of 16"):
+        build_encoder({"name": "vit_b_16", "pretrained": False, "weights_path": None, "init_seed": 0,
+                       "verify_weights": True, "image_size": 72})
+
+
+def _train_step(name: str, decoder: str, mode: str) -> None:
+    feats = _grid(name)
+    tiny = [f"decoder.{k}={v}" for k, v in TINY_DECODERS[decoder].items()]
+    cfg = compose_cfg([f"encoder={name}", "encoder.image_size=64", f"decoder={decoder}", f"attention={mode}",
+                       *tiny], Path("/tmp"), Path("/tmp"))
+    model = build_captioner(cfg, 20)
+    tokens = torch.randint(4, 20, (2, 6))
+    logits, weights = model(feats, tokens[:, :-1])
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 20), tokens[:, 1:].reshape(-1))
+    loss.backward()
+    assert torch.isfinite(loss) and weights.shape[-1] == feats.shape[1]
+    assert all(p.grad is not None for p in model.decoder.attention.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize("decoder", sorted(TINY_DECODERS))
+@pytest.mark.parametrize("name", NEW)
+def test_additive_and_dot_train_on_the_encoders_features(name, decoder):
+    for mode in ("additive", "dot"):
+        _train_step(name, decoder, mode)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("decoder", sorted(TINY_DECODERS))
+@pytest.mark.parametrize("name", NEW)
+def test_every_attention_mode_trains_on_the_encoders_features(name, decoder):
+    for mode in MODES:
+        _train_step(name, decoder, mode)
