@@ -122,16 +122,23 @@ def _in_background(fn) -> None:
     threading.Thread(target=fn, daemon=True).start()
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads /proc for the cell's state")
-def test_sigterm_before_a_cell_trains_stops_it_too(tmp_path, monkeypatch):
-    """submitit's job process ignores SIGTERM; a cell's job takes the default back, so a stop
-    that comes before its first step (while it composes or reads the store) ends it too,
-    instead of the grid saying it stopped while the cell trains on."""
+@pytest.fixture
+def slow_cell(tmp_path, monkeypatch):
+    """(compare.workers' own cell job around a 60-s stand-in for what precedes training, a
+    one-cell grid of it)."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
     monkeypatch.syspath_prepend(TESTS)
     import worker_jobs
 
-    todo = _todo(tmp_path, [{"sleep": 60}])
+    return worker_jobs.before_training_cell, _todo(tmp_path, [{"sleep": 60}])
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads /proc for the cell's state")
+def test_sigterm_before_a_cell_trains_stops_it_too(tmp_path, slow_cell):
+    """submitit's job process ignores SIGTERM; a cell's job takes the default back, so a stop
+    that comes before its first step (while it composes or reads the store) ends it too,
+    instead of the grid saying it stopped while the cell trains on."""
+    job, todo = slow_cell
     cell = todo[0][2]
     pid: list[int] = []
 
@@ -142,20 +149,16 @@ def test_sigterm_before_a_cell_trains_stops_it_too(tmp_path, monkeypatch):
     _in_background(stop)
     began = time.time()
     with pytest.raises(RunFault, match="grid stopped: SIGTERM received.*continue with: "):
-        run_parallel(todo, 1, tmp_path / "sub", gpus=0, job=worker_jobs.before_training_cell)
+        run_parallel(todo, 1, tmp_path / "sub", gpus=0, job=job)
     assert time.time() - began < 50 and _gone_within(pid[0], 10)
     assert not (cell / "results.json").exists()
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads /proc for the cell's parent")
-def test_a_killed_job_controller_takes_its_cell_with_it(tmp_path, monkeypatch):
+def test_a_killed_job_controller_takes_its_cell_with_it(tmp_path, slow_cell):
     """kill -9 of the process submitit starts for a job (the cell's parent): the cell stops
     too, and the grid names it as died, never counting as failed a cell that trains on."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.syspath_prepend(TESTS)
-    import worker_jobs
-
-    todo = _todo(tmp_path, [{"sleep": 60}])
+    job, todo = slow_cell
     cell = todo[0][2]
     pid: list[int] = []
 
@@ -165,7 +168,7 @@ def test_a_killed_job_controller_takes_its_cell_with_it(tmp_path, monkeypatch):
         os.kill(parent, signal.SIGKILL)
 
     _in_background(kill_its_parent)
-    failed = run_parallel(todo, 1, tmp_path / "sub", gpus=0, job=worker_jobs.before_training_cell)
+    failed = run_parallel(todo, 1, tmp_path / "sub", gpus=0, job=job)
     assert len(failed) == 1 and "its process died" in failed[0]
     assert _gone_within(pid[0], 10)
     assert not (cell / "results.json").exists()
