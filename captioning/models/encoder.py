@@ -174,7 +174,7 @@ class ResNetEncoder(nn.Module):
         weights_path: str | None = None,
         init_seed: int = 0,
         verify_weights: bool = True,
-        image_size: int = 224,
+        image_size: int = 128,
     ) -> None:
         super().__init__()
         spec = ENCODERS[name]
