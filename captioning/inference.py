@@ -26,6 +26,7 @@ from PIL import Image
 from .data.features import extraction_dtype
 from .data.images import MAX_PIXELS, encoder_pixels, open_rgb, upright_rgb
 from .errors import UserError
+from .models.attention import sentinel_weight
 from .models.attention.position import grid_side
 from .models.encoder import build_encoder
 from .predict import Predictor
@@ -46,7 +47,7 @@ class ImageCaption:
     def sentinel(self) -> list[float]:
         """Per word, the attention's share not on the image (adaptive attention's sentinel;
         0 for modes whose weights sum to 1)."""
-        return (1.0 - self.weights.float().sum(-1)).clamp_min(0.0).tolist()
+        return sentinel_weight(self.weights).tolist()
 
     @property
     def maps(self) -> np.ndarray:
@@ -104,9 +105,10 @@ class ImageCaptioner:
         self.precomputed = enc["name"] == "precomputed"
         # the frozen network the run extracted its features with (a tuned one is in the model)
         self.tuned = predictor.model.encoder is not None
-        self.encoder = None if self.precomputed or self.tuned else \
-            build_encoder(enc).eval().to(predictor.device)
-        self.dtype = extraction_dtype(predictor.device, enc["precision"])  # the store's precision
+        self.encoder, self.dtype = None, torch.float32
+        if not (self.precomputed or self.tuned):
+            self.encoder = build_encoder(enc).eval().to(predictor.device)
+            self.dtype = extraction_dtype(predictor.device, enc["precision"])  # the store's precision
 
     @classmethod
     def from_checkpoint(cls, checkpoint: str | Path, device: str = "auto", decode: dict | None = None,
@@ -148,19 +150,29 @@ class ImageCaptioner:
         return out
 
     def _caption_features(self, items: list) -> list[ImageCaption]:
-        out = []
-        for start in range(0, len(items), self.batch_size):
-            chunk = [torch.as_tensor(np.asarray(x)) for x in items[start : start + self.batch_size]]
-            if any(f.ndim != 2 for f in chunk):
+        """A model on precomputed features: per image an (N, C) array, or a pair (features
+        (N, C), boxes (N, 4) or None) as data/precomputed.read_feature_file gives them."""
+        pairs = [x if isinstance(x, tuple) else (x, None) for x in items]
+        where, out = self.predictor.device, []
+        for start in range(0, len(pairs), self.batch_size):
+            chunk = [(torch.as_tensor(np.asarray(f)), b) for f, b in pairs[start : start + self.batch_size]]
+            if any(f.ndim != 2 for f, _ in chunk):
                 raise UserError("this checkpoint was trained on precomputed features: give each "
                                 "image's features as an (N, C) array")
-            n = max(len(f) for f in chunk)
-            raw = torch.zeros(len(chunk), n, chunk[0].shape[1], dtype=torch.float16)  # (B, N, C)
-            for k, f in enumerate(chunk):
-                raw[k, : len(f)] = f
-            mask = torch.arange(n) < torch.tensor([len(f) for f in chunk])[:, None]  # (B, N)
+            n = max(len(f) for f, _ in chunk)
+            width = chunk[0][0].shape[1]
+            raw = torch.zeros(len(chunk), n, width, dtype=torch.float16, device=where)  # (B, N, C)
+            counts = torch.tensor([len(f) for f, _ in chunk], device=where)
+            regions = {"mask": torch.arange(n, device=where) < counts[:, None]}  # (B, N)
+            boxed = all(b is not None for _, b in chunk)
+            if boxed:
+                regions["boxes"] = torch.zeros(len(chunk), n, 4, device=where)  # (B, N, 4)
+            for k, (f, b) in enumerate(chunk):
+                raw[k, : len(f)] = f.to(where)
+                if boxed:
+                    regions["boxes"][k, : len(b)] = torch.as_tensor(b).to(where)
             out += [ImageCaption(" ".join(c.words), c.words, c.weights, None, c.nbest)
-                    for c in self._decode(raw, {"mask": mask})]
+                    for c in self._decode(raw, regions)]
         return out
 
     def _decode(self, raw: torch.Tensor, regions: dict | None = None) -> list:

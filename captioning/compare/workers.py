@@ -192,7 +192,7 @@ def run_pool(executor, todo: list, workers: int, gpus: int, threads: int | None,
                 slot = min(set(range(workers)) - set(running))
                 item = queue.pop(0)
                 executor.update_parameters(**slot_parameters(slot, gpus))
-                with thread_environment(None if gpus else threads):
+                with thread_environment(threads):  # None on a GPU machine: each job its GPU
                     running[slot] = (item, submit(item, slot))
             time.sleep(POLL_S)
             for slot, (item, job) in list(running.items()):
