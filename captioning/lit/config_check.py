@@ -24,7 +24,15 @@ from .. import schema
 from ..errors import UserError
 from ..models.attention import cross_attention_modules
 from ..models.captioner import build_captioner
-from ..models.encoder import ENCODERS, PRECISIONS, encoder_dim, find_weights, grid_cells, size_problem
+from ..models.encoder import (
+    ENCODERS,
+    PRECISIONS,
+    encoder_dim,
+    find_weights,
+    finetune_problem,
+    grid_cells,
+    size_problem,
+)
 from ..models.normalizer import NORMALIZE_METHODS
 from ..models.refiner import REFINERS
 from ..predict import decode_problems
@@ -179,9 +187,8 @@ def bad_values(cfg: dict) -> list[str]:
                             f"features are {width}-d)")
     if enc["name"] in ENCODERS and (why := size_problem(enc["name"], enc["image_size"])):
         problems.append(f"encoder.image_size={enc['image_size']}: {why}")
-    if enc["name"] in ENCODERS and enc.get("finetune") and ENCODERS[enc["name"]].family != "resnet":
-        problems.append(f"encoder.finetune=true: the stages tuned are a ResNet's; {enc['name']} is used "
-                        "frozen (encoder.finetune=false)")
+    if enc["name"] in ENCODERS and enc.get("finetune") and (why := finetune_problem(enc["name"])):
+        problems.append(f"encoder.finetune=true: {why}")
     return problems
 
 

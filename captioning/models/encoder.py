@@ -97,6 +97,14 @@ def size_problem(name: str, image_size: int) -> str | None:
     return None
 
 
+def finetune_problem(name: str) -> str | None:
+    """Why encoder.finetune=true does not suit encoder `name`, or None."""
+    if ENCODERS[name].family != "resnet":
+        return (f"the stages tuned are a ResNet's; {name} is used frozen (extract its features "
+                "once: encoder.finetune=false)")
+    return None
+
+
 def feature_dim(enc_cfg: dict) -> int:
     """The width of the raw features a run's `encoder` config gives: its ResNet's, or for
     encoder=precomputed `encoder.dim`, which training reads from the feature files."""
@@ -241,10 +249,9 @@ class TunableEncoder(ResNetEncoder):
     (rebuilt) network after checking that id."""
 
     def __init__(self, stages: int = 1, precision: str = "auto", **kwargs) -> None:
+        if problem := finetune_problem(kwargs.get("name", "resnet50")):  # before building it
+            raise ValueError(f"encoder.finetune=true: {problem}")
         super().__init__(**kwargs)
-        if self.family != "resnet":
-            raise ValueError(f"encoder.finetune=true tunes a ResNet's stages; {kwargs.get('name')} is "
-                             "used frozen (extract its features once: encoder.finetune=false)")
         autocast_dtype(torch.device("cpu"), precision)  # an unknown name fails here, not mid-epoch
         self.precision = precision
         if not 1 <= stages <= len(STAGES):
