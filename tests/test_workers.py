@@ -130,7 +130,7 @@ def slow_cell(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(TESTS)
     import worker_jobs
 
-    return worker_jobs.before_training_cell, _todo(tmp_path, [{"sleep": 60}])
+    return worker_jobs.before_training_cell, _todo(tmp_path, [{"sleep": 60}, {"sleep": 60}])
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads /proc for the cell's state")
@@ -146,12 +146,21 @@ def test_sigterm_before_a_cell_trains_stops_it_too(tmp_path, slow_cell):
         pid.append(_started(cell))
         os.kill(os.getpid(), signal.SIGTERM)  # to the grid: run_parallel's handler by now
 
+    def hung(signum, frame):
+        raise TimeoutError("the grid did not end after its stop")
+
     _in_background(stop)
-    began = time.time()
-    with pytest.raises(RunFault, match="grid stopped: SIGTERM received.*continue with: "):
-        run_parallel(todo, 1, tmp_path / "sub", gpus=0, job=job)
+    began, previous = time.time(), signal.signal(signal.SIGALRM, hung)
+    signal.alarm(120)  # a grid that waits forever on its queue fails here instead of hanging
+    try:
+        # one worker, two cells: the second is still queued when the stop comes, and never starts
+        with pytest.raises(RunFault, match="grid stopped: SIGTERM received.*continue with: "):
+            run_parallel(todo, 1, tmp_path / "sub", gpus=0, job=job)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
     assert time.time() - began < 50 and _gone_within(pid[0], 10)
-    assert not (cell / "results.json").exists()
+    assert not (cell / "results.json").exists() and not (todo[1][2] / "started").exists()
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads /proc for the cell's parent")
@@ -168,7 +177,7 @@ def test_a_killed_job_controller_takes_its_cell_with_it(tmp_path, slow_cell):
         os.kill(parent, signal.SIGKILL)
 
     _in_background(kill_its_parent)
-    failed = run_parallel(todo, 1, tmp_path / "sub", gpus=0, job=job)
+    failed = run_parallel(todo[:1], 1, tmp_path / "sub", gpus=0, job=job)
     assert len(failed) == 1 and "its process died" in failed[0]
     assert _gone_within(pid[0], 10)
     assert not (cell / "results.json").exists()

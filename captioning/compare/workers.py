@@ -187,7 +187,7 @@ def run_pool(executor, todo: list, workers: int, gpus: int, threads: int | None,
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
-        while queue or running:
+        while (queue and not stopping) or running:  # stopped: wait for the running ones only
             while queue and len(running) < workers and not stopping:
                 slot = min(set(range(workers)) - set(running))
                 item = queue.pop(0)
