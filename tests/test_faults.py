@@ -252,3 +252,45 @@ def test_a_cell_of_a_grid_is_continued_by_the_grids_own_command(monkeypatch, tmp
     assert faults.continue_command(tmp_path) == "python scripts/compare.py experiment=cross_modal_quick"
     monkeypatch.setattr(HydraConfig, "get", hydra("train", ["attention=dot", "resume=old"]))
     assert faults.continue_command(tmp_path) == f"python train.py attention=dot resume={tmp_path}"
+
+
+def test_a_write_without_a_file_name_is_named_from_its_file_object(tmp_path):
+    """A flush or close that fails (a logger's metrics file on a full disk: fsspec raises
+    ENOSPC without a file name) is named by the file object it failed in."""
+    import errno
+
+    from captioning.lit.faults import describe
+
+    class MetricsFile:  # as fsspec's local file: it knows its path, its OSError does not
+        def __init__(self, path: str) -> None:
+            self.path = path
+
+        def write(self, data: str) -> None: ...
+
+        def flush(self) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    target = tmp_path / "csv" / "metrics.csv"
+    target.parent.mkdir()
+    with pytest.raises(OSError) as failed:
+        MetricsFile(str(target)).flush()
+    line = describe(failed.value)
+    assert line.startswith(f"could not write {target}: no space left on the device (ENOSPC)")
+    assert "free there" in line
+    copied = tmp_path / "media" / "table.json"
+
+    def copyfile(src: str, dst: str) -> None:  # as shutil's: the target is its `dst`
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    class Media:  # a logger's media object: it has a path (its source), but writes nothing itself
+        path = str(tmp_path / "source.json")
+
+        def save(self) -> None:
+            copyfile(self.path, str(copied))
+
+    with pytest.raises(OSError) as failed_copy:
+        Media().save()
+    assert describe(failed_copy.value).startswith(f"could not write {copied}: ")
+    with pytest.raises(OSError) as nameless:  # and with no file object at all: said so
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert describe(nameless.value).startswith("could not write a file of the run")

@@ -8,13 +8,14 @@ the command that continues the run; anything else is a bug and keeps its traceba
 from __future__ import annotations
 
 import errno
+import os
 import re
 import shlex
 import shutil
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Callback
@@ -47,8 +48,36 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:,.0f} MiB"
 
 
+# Frames that write a file they were handed: (function name, the local that names the target).
+_COPY_TARGETS = {"copyfile": "dst", "copy": "dst", "copy2": "dst", "move": "dst", "replace": "dst"}
+
+
+def _path_in_traceback(err: BaseException) -> str | None:
+    """The file a write without a file name failed on, read from the innermost frame that
+    names one: a file object's flush or close (its `path` or `name`: a logger's metrics file),
+    a Path's write_text, shutil's copy (its `dst`: a logger copying media into the run)."""
+    frames = []
+    tb = err.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):
+        local = frame.f_locals
+        if (target := local.get(_COPY_TARGETS.get(frame.f_code.co_name, ""))) is not None:
+            return str(target)
+        owner = local.get("self")
+        if isinstance(owner, PurePath) and frame.f_code.co_name.startswith(("write", "open")):
+            return str(owner)
+        if callable(getattr(owner, "write", None)):  # a file object
+            for attr in ("path", "name"):
+                value = getattr(owner, attr, None)
+                if isinstance(value, str | PurePath) and os.sep in str(value):
+                    return str(value)
+    return None
+
+
 def _write_error(err: OSError) -> str:
-    path = err.filename
+    path = err.filename or _path_in_traceback(err)
     what = WRITE_ERRORS[err.errno]
     line = f"could not write {path or 'a file of the run'}: {what} ({errno.errorcode[err.errno]})"
     needed = getattr(err, "needed_bytes", None)

@@ -17,6 +17,8 @@ import hydra
 from pytorch_lightning.loggers import CSVLogger, Logger, WandbLogger
 from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 
+from ..data.store import write_text_atomic
+
 log = logging.getLogger(__name__)
 
 
@@ -176,7 +178,7 @@ def finish_wandb(logger: WandbLogger, results: dict, out: Path, vocab: list[str]
     run = logger.experiment
     run.summary.update(results)
     if getattr(logger, "log_model_artifact", False):
-        (out / "vocab.json").write_text(json.dumps(vocab))
+        write_text_atomic(out / "vocab.json", json.dumps(vocab))
         artifact = wandb.Artifact(f"model-{run.id}", type="model", metadata=results)
         staged = stage_artifact(out / "artifacts" / artifact.name, {
             "model.ckpt": Path(best or out / "checkpoints" / "last.ckpt"),

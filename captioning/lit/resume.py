@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoint import CheckpointError, checkpoint_config, model_state, read_checkpoint
+from ..data.store import write_text_atomic
 from ..provenance import config_hash, flatten, hashed_view
 from .config_check import ConfigError
 
@@ -25,7 +26,7 @@ def read_run(run_dir: Path) -> dict:
 
 
 def write_run(run_dir: Path, info: dict) -> None:
-    (run_dir / RUN_FILE).write_text(json.dumps(info, indent=1))
+    write_text_atomic(run_dir / RUN_FILE, json.dumps(info, indent=1))
 
 
 def find_run(resume: str, cfg: dict, current: Path) -> Path:
