@@ -18,7 +18,7 @@ from pathlib import Path
 # Two identical runs in two run dirs (or two checkouts, or two data folders) share one hash.
 NOT_HASHED = (
     "paths", "logger", "media", "compare", "hydra", "task_name", "run_name",
-    "report",                          # prepare_data.py's report file
+    "report", "extract",               # prepare_data.py's report, extract_features.py's output
     "resume",                          # continuing a run is the same experiment
     "checkpoint.every_n_steps",        # how often state is saved, not what is trained
     "trainer.default_root_dir", "trainer.enable_progress_bar", "trainer.enable_model_summary",

@@ -4,7 +4,9 @@
   committed convergence report (captioning/compare/verdict.py: the rule and the markers);
 - docs/benchmarks.md's tables from the measurements docs/figures.json lists (the benchmark's
   JSON per CPU kind, and each pair of runs against the peer), between
-  `<!-- figures:NAME -->` and `<!-- /figures:NAME -->`.
+  `<!-- figures:NAME -->` and `<!-- /figures:NAME -->`;
+- docs/model.md's table of attention modes from the registry (each mode's file: its score, its
+  use; the parameter counts built from it), between `<!-- figures:attention-modes -->` markers.
 
     python maint/make_docs.py            # rewrite what changed, name each file
     python maint/make_docs.py --check    # exit 1 if anything would change (the test suite runs it)
@@ -146,10 +148,49 @@ def render_figures(text: str, figures: dict) -> str:
     return MARK.sub(table, text)
 
 
+def _params(name: str, query: int, keys: int, **extra) -> int:
+    import torch
+
+    from captioning.models import ATTENTIONS, build_attention
+    from captioning.schema import ATTENTION
+    from captioning.schema.fields import defaults
+
+    cfg = {k: v for k, v in defaults(ATTENTION[name]).items() if k != "name"}
+    if "input_dim" in ATTENTIONS.target(name).from_decoder:
+        cfg.update(extra)
+    with torch.device("meta"):
+        return sum(p.numel() for p in build_attention(name, query, keys, 512, **cfg).parameters())
+
+
+def modes_table() -> str:
+    """Every registered attention mode: its score and use (the mode's `table`), its parameter
+    counts at the claim's dims (query 512, keys 2048, values 512) and at matched widths (keys
+    512), with its defaults, and with the LSTM's input where the decoder supplies one."""
+    from captioning.models import ATTENTIONS
+
+    rows = []
+    for name in ATTENTIONS:
+        target = ATTENTIONS.target(name)
+        first = (target.__doc__ or "").strip().split("\n")[0]
+        score, use = target.table.get(name, (first, ""))
+        wide, matched = f"{_params(name, 512, 2048):,}", f"{_params(name, 512, 512):,}"
+        if "input_dim" in target.from_decoder:  # what the decoder supplies changes the count
+            wide += f" (LSTM {_params(name, 512, 2048, input_dim=512):,})"
+            matched += f" (LSTM {_params(name, 512, 512, input_dim=512):,})"
+        rows.append([f"`{name}`", score, wide, matched, use])
+    header = ["mode", "score (q: query, k: key)", "params, keys 2048-d", "keys 512-d", "when to use"]
+    return _table(header, "llrrl", rows)
+
+
+MODEL = "docs/model.md"
+
+
 def generated() -> dict[str, str]:
     """{file: its text as generated} for every file with generated parts."""
     out = verdict.generated(ROOT)
     out[BENCHMARKS] = render_figures((ROOT / BENCHMARKS).read_text(), json.loads(FIGURES.read_text()))
+    out[MODEL] = MARK.sub(lambda m: f"{m.group(1)}\n{modes_table()}\n{m.group(4)}"
+                          if m.group(2) == "attention-modes" else m.group(0), (ROOT / MODEL).read_text())
     return out
 
 

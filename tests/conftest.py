@@ -19,7 +19,7 @@ CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 # Keep every cache inside tmp dirs (never the user's home) and wandb offline.
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("MPLCONFIGDIR", "/tmp/captioning-test-mpl")
-# The CPU precision calibration (captioning/models/precision.py): measured once, cached here.
+# The CPU precision calibration (captioning/models/precision_choice.py): measured once, cached here.
 os.environ.setdefault("CAPTIONING_CACHE_DIR", "/tmp/captioning-test-cache")
 # Training precision: the suite trains in fp32 on every machine (trainer.precision=auto would
 # measure each tiny model and could pick bf16 on one CPU and fp32 on another); auto has its own
@@ -51,6 +51,15 @@ TINY = [
     "trainer.log_every_n_steps=1",
     "logger=none",
 ]
+
+
+def config_options(group: str) -> list[str]:
+    """A config group's options as `--help` lists them: its yamls under conf/, and for the
+    groups whose options are a registry's names (attention, decoder), those."""
+    from captioning.schema import DERIVED_GROUPS
+
+    yamls = {p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml")}
+    return sorted(yamls | set(DERIVED_GROUPS.get(group, {})))
 
 
 def compose_cfg(overrides: list[str], out_dir: Path, data_dir: Path) -> DictConfig:

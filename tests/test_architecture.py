@@ -13,24 +13,25 @@ PACKAGE = Path(__file__).resolve().parents[1] / "captioning"
 LAYERS = {
     "provenance": 0,  # fingerprints and the code version: standard library only
     "errors": 0,  # UserError and the command-line wrapper: standard library only
+    "rules": 0,  # a setting's allowed range (schemas and constructors): standard library only
     "paths": 0,  # where the configs are (installed or a checkout): standard library only
-    "schema": 0,  # every setting's default, type and range: standard library (Hydra to register)
     "device": 1,  # the CPU settings of every entry point, which device a setting names: torch only
     "models": 1,  # torch / torchvision only
-    "data": 2,  # readers, feature cache, vocabulary (uses models: encoder, normaliser)
-    "metrics": 3,  # scores words (uses data: the tokenizer, the built-in lexicon)
-    "visualize": 3,
-    "benchmark": 3,  # torch-only speed measurements (uses models, data's image loader)
-    "checkpoint": 4,
-    "predict": 5,
-    "evaluation": 6,
-    "inference": 6,  # ImageCaptioner: images in, captions and attention maps out (uses predict)
-    "caption_files": 7,  # scripts/caption.py's files and figures (uses inference)
-    "gallery": 7,  # runs side by side as a web page (uses evaluation's decoding and the metrics)
-    "lit": 7,  # the only layer that imports pytorch_lightning
-    "compare": 8,
-    "cli": 9,  # the training command (train.py, captioning-train, python -m captioning)
-    "__main__": 10,  # python -m captioning: the training command
+    "schema": 2,  # every setting's default, type and range (attention's: from the constructors)
+    "data": 3,  # readers, feature cache, vocabulary (uses models: encoder, normaliser)
+    "metrics": 4,  # scores words (uses data: the tokenizer, the built-in lexicon)
+    "visualize": 4,
+    "benchmark": 4,  # torch-only speed measurements (uses models, data's image loader)
+    "checkpoint": 5,
+    "predict": 6,
+    "evaluation": 7,
+    "inference": 7,  # ImageCaptioner: images in, captions and attention maps out (uses predict)
+    "caption_files": 8,  # scripts/caption.py's files and figures (uses inference)
+    "gallery": 8,  # runs side by side as a web page (uses evaluation's decoding and the metrics)
+    "lit": 8,  # the only layer that imports pytorch_lightning
+    "compare": 9,
+    "cli": 10,  # the training command (train.py, captioning-train, python -m captioning)
+    "__main__": 11,  # python -m captioning: the training command
 }
 
 
@@ -85,17 +86,19 @@ def test_no_package_imports_a_layer_above_it():
 
 
 def test_models_import_torch_and_the_standard_library_only():
+    """And captioning.rules (a setting's allowed range, on the constructors' keywords)."""
     allowed = {"torch", "torchvision", "__future__"} | set(sys.stdlib_module_names)
     bad = [f"{p.relative_to(PACKAGE.parent)}:{line} imports {name}"
            for p in (PACKAGE / "models").rglob("*.py") for name, line in _imports(p)
-           if name.split(".")[0] not in allowed and not name.startswith("captioning.models")]
+           if name.split(".")[0] not in allowed
+           and not name.startswith(("captioning.models", "captioning.rules"))]
     assert not bad, "\n".join(bad)
     # And at run time: importing the models loads no other part of the project.
     code = ("import sys, captioning.models; "
             "print(sorted(m for m in sys.modules if m.startswith('captioning.') "
-            "and not m.startswith('captioning.models')))")
+            "and not m.startswith('captioning.models')))")  # rules: standard library only
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert out.stdout.strip() == "['captioning.rules']"
 
 
 def test_the_checker_sees_a_violation(tmp_path):

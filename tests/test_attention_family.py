@@ -156,28 +156,6 @@ def test_the_figure_shows_the_sentinel_tile(tmp_path):
     assert shown == ["sentinel 0.60", "sentinel 0.00"]
 
 
-def test_the_readme_table_lists_every_mode_with_its_parameter_count():
-    """Every registered mode has a row whose parameter count is the module's at the claim's
-    dims (query 512, keys 2048, values 512) with its schema's settings (captioning/schema/)."""
-    import re
-    from pathlib import Path
-
-    from captioning.models import ATTENTIONS
-    from captioning.schema import ATTENTION
-    from captioning.schema.fields import defaults
-
-    root = Path(__file__).resolve().parents[1]
-    readme = (root / "docs" / "model.md").read_text()
-    for name in ATTENTIONS:
-        row = re.search(rf"^\| `{name}` \|[^|]*\| ([\d,]+)", readme, re.M)
-        assert row, f"no docs/model.md row for attention={name}"
-        cfg = defaults(ATTENTION[name])
-        cfg.pop("name")
-        with torch.device("meta"):
-            module = build_attention(name, 512, 2048, 512, **cfg)
-        assert int(row.group(1).replace(",", "")) == sum(p.numel() for p in module.parameters()), name
-
-
 @pytest.mark.parametrize("decoder", ["lstm", "transformer"])
 def test_adaptive_with_the_refiner_trains_and_logs_the_sentinel(decoder, tiny_cfg):
     """Through train(): attention=adaptive model.refiner=self_attention, both decoders; the

@@ -791,7 +791,7 @@ def test_the_sweep_chooses_each_modes_rate_on_validation_alone(tmp_path):
 def test_a_choice_within_seed_noise_is_marked_and_each_rate_is_drawn(tmp_path):
     """The margin (chosen minus runner-up validation score) beside the seed std at the chosen
     rate: a margin below the std is "within" noise; the sweep figure draws a line per rate."""
-    from captioning.compare.curves import save_sweep_curves
+    from captioning.compare.report_figures import save_sweep_curves
     from captioning.compare.sweep import add_margins, sweep_markdown, sweep_report
 
     def cell(mode, lr, val):
@@ -879,7 +879,7 @@ WIDTH = ["mismatched_whitened", "matched"]  # the width's interaction (conf/expe
 
 def test_the_convergence_report_pairs_by_seed_and_takes_the_difference_of_differences(tmp_path):
     from captioning.compare.convergence import convergence_markdown, convergence_report
-    from captioning.compare.curves import save_curves
+    from captioning.compare.report_figures import save_curves
 
     rng = np.random.default_rng(0)
     scores = {(dims, mode, seed): (float(rng.uniform(0.2, 0.4)), None if seed == 2 and mode == "dot" else

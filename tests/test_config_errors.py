@@ -1,7 +1,6 @@
 """Every shipped config composes and builds; bad settings fail with a message that helps."""
 
 import json
-from pathlib import Path
 
 import pytest
 from conftest import CONF_DIR
@@ -17,7 +16,9 @@ GROUPS = ["data", "encoder", "attention", "decoder", "trainer", "logger"]
 
 
 def _options(group):
-    return sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
+    from conftest import config_options
+
+    return config_options(group)
 
 
 @pytest.mark.parametrize("group, option", [(g, o) for g in GROUPS for o in _options(g)])

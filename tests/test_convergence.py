@@ -35,14 +35,14 @@ def test_warmup_rises_linearly_then_the_plateau_rule_halves_and_warmup_never_und
 
 def test_warmup_plateau_state_is_plain_data_and_round_trips():
     opt = _optimizer(1.0)
-    sched = WarmupPlateau(opt, warmup_steps=3, mode="max", patience=1)
+    sched = WarmupPlateau(opt, warmup_steps=3, mode="max", factor=0.1, patience=1)
     for score in (0.5, 0.4, 0.3):
         sched.step(score)
     buf = io.BytesIO()
     torch.save({"plateau": sched.state_dict(), "warmup": sched.warmup.state_dict()}, buf)
     buf.seek(0)
     state = torch.load(buf, weights_only=True)  # no pickled scheduler object inside
-    again = WarmupPlateau(_optimizer(1.0), warmup_steps=3, mode="max", patience=1)
+    again = WarmupPlateau(_optimizer(1.0), warmup_steps=3, mode="max", factor=0.1, patience=1)
     again.load_state_dict(state["plateau"])
     assert again.best == sched.best and again.num_bad_epochs == sched.num_bad_epochs
     assert again.warmup is not None and again.warmup is not sched.warmup
@@ -107,7 +107,7 @@ def test_the_smoothed_monitor_is_the_mean_of_the_last_validations():
     last three (fewer at the start), and early stopping reads it from the trainer's metrics."""
     from types import SimpleNamespace
 
-    from captioning.lit.curve import ValidationCurve
+    from captioning.lit.learning_curve import ValidationCurve
 
     curve = ValidationCurve("val/bleu4", smoothing=3)
     trainer = SimpleNamespace(sanity_checking=False, global_step=0, optimizers=[], callback_metrics={})

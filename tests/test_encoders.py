@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_DECODERS, compose_cfg
+from conftest import TINY_DECODERS, compose_cfg, config_options
 
 from captioning.models.captioner import build_captioner
 from captioning.models.encoder import ENCODERS, build_encoder, grid_cells
 
 NEW = ["convnext_tiny", "swin_t", "vit_b_16"]
-MODES = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "attention").glob("*.yaml"))
+MODES = config_options("attention")
 _features: dict[str, torch.Tensor] = {}
 
 

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from captioning.models import precision
+from captioning.models import precision_choice as precision
 
 REAL_MEASURE = precision.measure
 
@@ -125,7 +125,7 @@ def _tiny_run(tiny_cfg, *overrides):
 
 
 def _resolve(plain, data, module, trainer=None):
-    from captioning.lit.precision import resolve_precision
+    from captioning.lit.auto_precision import resolve_precision
 
     return resolve_precision(trainer or plain["trainer"], plain, module.model,
                              data.first_train_batches, data.vocab.pad)
@@ -171,7 +171,7 @@ def test_training_precision_from_config_is_not_measured(cache, tiny_cfg, monkeyp
     assert _resolve(plain, data, module) == ("bf16-mixed", "trainer.precision")
     trainer = {**plain["trainer"], "precision": "auto", "accelerator": "cpu", "devices": 2}
     assert _resolve(plain, data, module, trainer)[0] == "32-true"  # several processes: fp32
-    from captioning.lit import precision as lit_precision
+    from captioning.lit import auto_precision as lit_precision
 
     monkeypatch.setattr(lit_precision, "accelerator_type", lambda cfg: "cuda")  # no GPU here
     for bf16, expected in ((True, "bf16-mixed"), (False, "32-true")):
@@ -181,7 +181,7 @@ def test_training_precision_from_config_is_not_measured(cache, tiny_cfg, monkeyp
 
 def test_training_falls_back_to_fp32_where_bf16_does_not_run(cache, tiny_cfg, monkeypatch):
     plain, data, module = _tiny_run(tiny_cfg, "trainer.precision=auto", "trainer.accelerator=cpu")
-    from captioning.lit import precision as lit_precision
+    from captioning.lit import auto_precision as lit_precision
 
     monkeypatch.setattr(lit_precision, "_step", _without_bf16(lit_precision._step))
     chosen, why = _resolve(plain, data, module)
@@ -203,12 +203,12 @@ def test_auto_is_what_the_run_records(tiny_cfg, cache):
 
 @pytest.mark.parametrize("decoder", ["lstm", "transformer"])
 def test_bf16_mixed_caches_casts_without_losing_gradients(decoder):
-    """lit/mixed.py turns autocast's cast cache on: each weight's gradient must match the
+    """lit/bf16_plugin.py turns autocast's cast cache on: each weight's gradient must match the
     cache-less run's (Lightning's default), also with scheduled sampling, whose first pass casts
     the same weights under no_grad."""
     from conftest import TINY_DECODERS
 
-    from captioning.lit.mixed import BF16Mixed
+    from captioning.lit.bf16_plugin import BF16Mixed
     from captioning.models import build_decoder
 
     torch.manual_seed(0)

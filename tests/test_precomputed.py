@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import CONF_DIR, TINY, TINY_DECODERS, compose_cfg
+from conftest import TINY, TINY_DECODERS, compose_cfg, config_options
 from omegaconf import OmegaConf
 
 from captioning.data.precomputed import FORMATS, Source, precomputed_features, scan
@@ -96,8 +96,7 @@ def test_every_layout_trains_evaluates_and_captions(records, tmp_path, fmt):
     assert not skipped and out[0]["caption"] and out[0]["image"] == str(target)
 
 
-ACCEPTING = sorted(p.stem for p in (Path(CONF_DIR) / "attention").glob("*.yaml")
-                   if p.stem not in ("local", "hierarchical"))  # the grid-only modes
+ACCEPTING = [m for m in config_options("attention") if m not in ("local", "hierarchical")]  # grid-only
 
 
 @pytest.mark.parametrize("decoder", ["lstm", "transformer"])

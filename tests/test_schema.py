@@ -20,7 +20,8 @@ from captioning.schema.fields import defaults
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir() and p.name != "hydra")
-OPTIONS = [(g, p.stem) for g in GROUPS for p in sorted((CONF / g).glob("*.yaml"))]
+OPTIONS = sorted({(g, p.stem) for g in GROUPS for p in (CONF / g).glob("*.yaml")} |
+                 {(g, name) for g, options in schema.DERIVED_GROUPS.items() for name in options})
 NEEDS = {("encoder", "precomputed"): ["encoder.path=/x"], ("training", "scst"): ["init_from=/x.ckpt"]}
 
 
@@ -69,41 +70,83 @@ def test_yamls_hold_no_value_equal_to_their_schemas_default():
 
 
 def _constructor_defaults(fn) -> dict:
-    if fn.__name__ == "<lambda>":  # a registry entry with fixed keywords (scaled_dot): its class
-        fn = next(c.cell_contents for c in fn.__closure__ if isinstance(c.cell_contents, type))
     params = inspect.signature(fn).parameters
     return {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
 
 
-@pytest.mark.parametrize("mode", sorted(schema.ATTENTION))
-def test_attention_schema_defaults_equal_the_constructors(mode):
-    own = {k: v for k, v in defaults(schema.ATTENTION[mode]).items() if k not in ("name",)}
-    ctor = _constructor_defaults(ATTENTIONS[mode])
-    assert set(own) <= set(ctor), f"schema keys the constructor does not take: {set(own) - set(ctor)}"
-    for key, value in own.items():
-        if key == "base_args":  # the base mode's options: its own schema's defaults (ctor: None = those)
-            base = defaults(schema.ATTENTION[own["base"]])
-            assert ctor[key] is None and all(base[k] == v for k, v in value.items())
-        else:
-            assert value == ctor[key], f"{mode}.{key}: schema {value!r}, constructor {ctor[key]!r}"
-
-
-@pytest.mark.parametrize("name", sorted(schema.DECODER))
-def test_decoder_schema_defaults_equal_the_constructors(name):
-    own = {k: v for k, v in defaults(schema.DECODER[name]).items() if k != "name"}
-    assert own == _constructor_defaults(DECODERS[name].__init__)
-
-
-def test_model_section_defaults_equal_the_refiner_and_media_constructors():
+def _pairs() -> list[tuple[str, type, object, dict[str, str]]]:
+    """(label, schema, constructor, {schema key: constructor keyword}) for every schema whose
+    settings a constructor takes (the key map where the names differ)."""
     from captioning.lit.media import ValidationMedia
+    from captioning.lit.schedules import WarmupPlateau, warmup_cosine
+    from captioning.models.encoder import ResNetEncoder, TunableEncoder
     from captioning.models.refiner import REFINERS
-    from captioning.schema.run import Media
+    from captioning.schema.run import Media, WarmupCosine
+    from captioning.schema.run import WarmupPlateau as WarmupPlateauSchema
 
-    model = defaults(schema.run.Model)
-    ctor = _constructor_defaults(REFINERS["self_attention"])
-    assert (model["refiner_layers"], model["refiner_dim"], model["refiner_heads"]) == \
-        (ctor["layers"], ctor["dim"], ctor["heads"])
-    assert defaults(Media) == _constructor_defaults(ValidationMedia.__init__)
+    same = lambda s: {f.name: f.name for f in dataclasses.fields(s)}  # noqa: E731
+    pairs = [(f"attention={m}", schema.ATTENTION[m], ATTENTIONS.target(m), same(schema.ATTENTION[m]))
+             for m in ATTENTIONS]
+    pairs += [(f"decoder={d}", schema.DECODER[d], DECODERS.target(d), same(schema.DECODER[d]))
+              for d in DECODERS]
+    refiner = {"refiner_layers": "layers", "refiner_dim": "dim", "refiner_heads": "heads"}
+    pairs += [(f"model.refiner={r}", schema.run.Model, REFINERS.target(r), refiner) for r in REFINERS]
+    pairs += [("encoder (frozen)", schema.ResNet, ResNetEncoder, same(schema.ResNet)),
+              ("encoder (fine-tuned)", schema.ResNet, TunableEncoder,
+               {"finetune_stages": "stages", "precision": "precision"}),
+              ("media", Media, ValidationMedia, same(Media)),
+              ("schedule=warmup_cosine", WarmupCosine, warmup_cosine, same(WarmupCosine)),
+              ("schedule=warmup_plateau", WarmupPlateauSchema, WarmupPlateau, same(WarmupPlateauSchema))]
+    return pairs
+
+
+def _written_twice(pairs) -> list[str]:
+    twice = []
+    for label, s, ctor, keys in pairs:
+        own = _constructor_defaults(ctor.__init__ if isinstance(ctor, type) else ctor)
+        derived = getattr(s, "__derived_from__", None) is ctor
+        for key, default in defaults(s).items():
+            if key not in keys or keys[key] not in own:
+                continue
+            if derived:  # the constructor's default is the schema's, by construction
+                assert default == (dict(own[key]) if isinstance(default, dict) else own[key])
+            else:
+                twice.append(f"{label}: {key} (schema {default!r}, constructor {own[keys[key]]!r})")
+    return twice
+
+
+def test_every_default_is_written_once():
+    """A setting's default lives in its schema or in its constructor, never in both: a schema
+    derived from its constructor (attention modes, decoders) takes the constructor's, and a
+    constructor beside a written schema takes the value it is given."""
+    assert _written_twice(_pairs()) == []
+
+
+def test_the_default_check_sees_a_default_written_twice():
+    """The control: a written schema beside a constructor with a default of its own is found,
+    and the same constructor with its schema derived from it is not."""
+    from captioning.schema.fields import from_signature
+
+    @dataclasses.dataclass
+    class Written:
+        width: int = 8
+
+    def build(width: int = 8, depth: int = 2) -> None: ...
+
+    assert _written_twice([("planted", Written, build, {"width": "width"})]) == \
+        ["planted: width (schema 8, constructor 8)"]
+    derived = from_signature("planted", build)
+    assert defaults(derived) == {"name": "planted", "width": 8, "depth": 2}
+    assert _written_twice([("planted", derived, build, {"width": "width", "depth": "depth"})]) == []
+
+
+def test_every_registry_is_covered():
+    """Every registry of components whose settings are config keys has its schemas in the walk."""
+    from captioning.models.refiner import REFINERS
+
+    labels = {label for label, *_ in _pairs()}
+    assert {f"attention={m}" for m in ATTENTIONS} | {f"decoder={d}" for d in DECODERS} | \
+        {f"model.refiner={r}" for r in REFINERS} <= labels
 
 
 def test_check_finds_unknown_keys_types_and_ranges_with_the_nearest_key():
@@ -133,27 +176,12 @@ def test_completed_fills_what_an_older_config_lacks_and_keeps_the_rest():
 
 
 def test_every_field_is_typed_for_hydra():
-    """Hydra types a composed config only through annotations OmegaConf understands."""
+    """Hydra types a composed config only through annotations OmegaConf understands (the
+    derived schemas too: a constructor's annotation must be one)."""
     for s in [*schema.ATTENTION.values(), *schema.DECODER.values(), schema.ResNet, schema.Precomputed,
               schema.Synthetic, schema.Karpathy, schema.Train, *schema.ROOT_SCHEMAS.values()]:
         OmegaConf.structured(s)
         assert all(f.type is not dataclasses.MISSING for f in dataclasses.fields(s))
-
-
-def test_encoder_and_schedule_schema_defaults_equal_their_constructors():
-    """The ResNet encoder's and our own schedule's keywords: the schema's defaults are theirs
-    (torch's schedules take the schema's values as a preset: their own defaults are torch's)."""
-    from captioning.lit.schedules import warmup_cosine
-    from captioning.models.encoder import ResNetEncoder, TunableEncoder
-    from captioning.schema.run import WarmupCosine
-
-    resnet = defaults(schema.ResNet)
-    ctor = _constructor_defaults(ResNetEncoder.__init__)
-    assert {k: resnet[k] for k in ctor} == ctor
-    tunable = _constructor_defaults(TunableEncoder.__init__)
-    assert (resnet["finetune_stages"], "auto") == (tunable["stages"], tunable["precision"])
-    cosine = {k: v for k, v in defaults(WarmupCosine).items() if not k.startswith("_")}
-    assert cosine == _constructor_defaults(warmup_cosine)
 
 
 @pytest.mark.parametrize("override", ["compare.executor=debug", "data.format=jsonl",

@@ -152,7 +152,7 @@ def test_a_forced_precision_the_cpu_measured_slower_is_named_before_extraction(t
     """encoder.precision=bf16 forced (the convergence grid's, one precision on every machine)
     on a CPU whose calibration found bf16 convolutions 5x slower: one warning with the
     measured times; none where bf16 is the faster one. The calibration is given, not measured."""
-    from captioning.models import precision
+    from captioning.models import precision_choice as precision
 
     times = {"fp32": {"fp32_s": 0.010, "bf16_s": 0.050}, "bf16": {"fp32_s": 0.020, "bf16_s": 0.010}}[faster]
     entry = {"encoder": {**times, "choice": faster}, "decoder": {**times, "choice": faster}}

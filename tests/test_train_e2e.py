@@ -154,9 +154,9 @@ def test_model_compile_trains_and_reports_its_first_step(tiny_cfg, tmp_path, mon
 
 def test_bf16_mixed_trains_with_the_fused_optimizer_and_clipping(tiny_cfg):
     """trainer=gpu's precision (bf16-mixed) with the default fused AdamW and gradient clipping:
-    Lightning alone refuses the pair for any device (lit/mixed.py says why it is safe for bf16);
+    Lightning alone refuses the pair for any device (lit/bf16_plugin.py says why it is safe for bf16);
     here on the CPU, where trainer.precision=bf16-mixed is the same code path."""
-    from captioning.lit.mixed import BF16Mixed
+    from captioning.lit.bf16_plugin import BF16Mixed
     from captioning.lit.training import build_trainer
 
     trainer = build_trainer({"_target_": "pytorch_lightning.Trainer", "accelerator": "cpu",

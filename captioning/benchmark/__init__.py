@@ -25,7 +25,7 @@ from dataclasses import fields
 import torch
 
 from ..device import configure_cpu, resolve_device
-from ..models.precision import calibrated_dtype
+from ..models.precision_choice import calibrated_dtype
 from ..provenance import cpu_kind, git_commit
 from .config import DTYPES, BenchConfig, config_fields
 from .sections import bench_decode, bench_encoder, bench_train, matmul_peak

@@ -47,7 +47,7 @@ class BenchConfig:
     device: str = field(default="auto", metadata={"help": "auto = cuda when available, else cpu"})
     precision: str = field(default="auto", metadata={
         "help": "default precision: auto (bf16 on a GPU; on a CPU what its decoder matmuls "
-                "measured faster: models/precision.py), fp32, bf16, fp16"})
+                "measured faster: models/precision_choice.py), fp32, bf16, fp16"})
 
     def __post_init__(self) -> None:
         if self.precision not in ("auto", *DTYPES):

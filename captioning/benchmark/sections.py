@@ -14,6 +14,8 @@ from ..models import beam_search, build_decoder, greedy_decode
 from ..models.losses import cross_entropy
 from ..models.packed import available as packed_available
 from ..models.refiner import REFINERS
+from ..schema.fields import defaults
+from ..schema.model import Model, ResNet
 from .config import DTYPES
 
 
@@ -117,7 +119,9 @@ def bench_train(args, device, results) -> None:
                 out[f"{name}/{mode}/{precision}{'/naive' if naive else ''}"] = t
         for refiner in args.refiner_list:  # its cost: additive with the refiner in front
             torch.manual_seed(0)
-            dec = Refined(REFINERS[refiner](args.feature_dim, dim=args.d_model),
+            model = defaults(Model)  # the refiner's settings but its width
+            dec = Refined(REFINERS[refiner](args.feature_dim, layers=model["refiner_layers"],
+                                            dim=args.d_model, heads=model["refiner_heads"]),
                           build_decoder(decoder_cfg(name, args), args.vocab, args.feature_dim,
                                         {"name": "additive"})).to(device).train()
             opt = torch.optim.AdamW(dec.parameters(), lr=1e-4, fused=True)
@@ -202,11 +206,12 @@ def bench_encoder(args, device, results) -> None:
     try:
         from ..data.features import extract_features, extraction_dtype
         from ..data.images import ImageFiles
-        from ..models import ResNetEncoder
+        from ..models import build_encoder
     except ImportError as err:  # torchvision or PIL missing: the other sections still count
         results["encoder"] = {"skipped": f"needs torchvision and PIL ({err})"}
         return
-    encoder = ResNetEncoder(args.encoder).eval().to(device).to(memory_format=torch.channels_last)
+    encoder = build_encoder({**defaults(ResNet), "name": args.encoder})
+    encoder = encoder.eval().to(device).to(memory_format=torch.channels_last)
     dtype = extraction_dtype(device)
     with tempfile.TemporaryDirectory() as tmp:
         jpegs = ImageFiles(_jpegs(Path(tmp), args.encoder_images), args.image_size)

@@ -3,7 +3,7 @@ mode the test score of the best-validation checkpoint with CIs over seeds and ov
 the epochs it took; the additive - dot (and - scaled dot) gap after 2 and 5 epochs and at
 convergence, paired by seed; condition x mode interactions (difference of differences, e.g. the
 width's: compare.interactions' [mismatched_whitened, matched]). Every number from the cells' own
-files (results.json, predictions*.json); the figures: compare/curves.py."""
+files (results.json, predictions*.json); the figures: compare/report_figures.py."""
 
 from __future__ import annotations
 

@@ -328,7 +328,7 @@ def save_plots(report: dict, out: Path, prefix: str = "") -> list[Path]:
     for key, title, unit in (("bleu4", "test BLEU-4", "BLEU-4 (0-1)"),
                              ("attr_acc", "attribute accuracy", "share of images (0-1)"),
                              ("grounding_ratio", "attention in box / uniform", "x uniform")):
-        panel_w = max(6.0, 0.45 * len(modes) + 2.0)  # fifteen modes need room for their names
+        panel_w = max(6.0, 0.45 * len(modes) + 2.0)  # many modes need room for their names
         fig, axes = plt.subplots(1, len(decoders), figsize=(panel_w * len(decoders), 4.4), squeeze=False)
         lo_bound, hi_bound = bounds[key]
         clipped = False

@@ -20,12 +20,12 @@ from ..schema import completed
 from ..schema.fields import REQUIRED
 from ..schema.run import Compare
 from .convergence import convergence_markdown, convergence_report, tally
-from .curves import save_curves, save_sweep_curves
 from .encoder_check import encoder_check, encoder_check_markdown
 from .executor import make_executor
 from .grid import Cell, GridRunner, expand_grid, group_of
 from .plan import SweepPlan, SweepThenGrid
 from .report import build_markdown, build_report, save_plots
+from .report_figures import save_curves, save_sweep_curves
 from .status import GridBoard, grid_status, status_text
 from .sweep import add_margins, sweep_markdown, sweep_report
 

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, Subset
 from tqdm import tqdm
 
 from ..device import resolve_device
-from ..models import precision as calibrated
+from ..models import precision_choice as calibrated
 from ..models.encoder import ResNetEncoder, autocast_dtype, encoder_dim, grid_cells
 from ..provenance import cpu_kind, fingerprint
 from .images import MAX_PIXELS, ImageFiles

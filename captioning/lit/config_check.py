@@ -40,7 +40,7 @@ from ..provenance import get_dotted
 from ..schema.fields import Problem
 from ..schema.run import OWN_TRAINER_KEYS
 from ..visualize import SCALES
-from .precision import TRAIN_PRECISIONS
+from .auto_precision import TRAIN_PRECISIONS
 
 # Not a setting of the run: Hydra's own section, when a config carries it. (The plug-ins'
 # sections, logger, callbacks, compare.slurm and the like, are typed Any or dict[str, Any] in the

@@ -31,8 +31,8 @@ class ValidationMedia(pl.Callback):
     Only wandb and TensorBoard loggers receive media; with neither this does nothing.
     """
 
-    def __init__(self, num_samples: int = 8, num_attention: int = 2, every_n_epochs: int = 1,
-                 attention_scale: str = "shared") -> None:
+    def __init__(self, *, num_samples: int, num_attention: int, every_n_epochs: int,
+                 attention_scale: str) -> None:
         self.num_samples, self.num_attention = num_samples, num_attention
         self.attention_scale = attention_scale
         self.every_n_epochs = max(1, every_n_epochs)

@@ -25,7 +25,6 @@ from ..models.attention import (
     attention_step_stats,
     cross_attention_modules,
     doubly_stochastic_penalty,
-    sentinel_weight,
 )
 from ..models.attention.position import grid_side
 from ..models.captioner import build_captioner
@@ -57,7 +56,9 @@ class CaptioningModule(pl.LightningModule):
         self._batch: dict | None = None
         self._loss: torch.Tensor | None = None
         self._outputs: list[dict] = []
-        self._gates: list[tuple[int, float]] = []  # (queries, mean gate) per decoded batch
+        # per decoded batch: (queries, {name: mean}) of what the mode accumulates (pop_statistics)
+        self._batch_stats: list[tuple[int, dict[str, float]]] = []
+        self._stat_names: tuple[str, ...] = ATTENTION_STATS  # + the mode's own step_statistics
         self.test_predictions: list[dict] = []
         self.metrics: dict[str, dict] = {}  # stage -> the last scores, unrounded
         self.objective = cfg["training"]["objective"]
@@ -189,8 +190,7 @@ class CaptioningModule(pl.LightningModule):
         """Greedy (beam_size 1) or batched beam search; collects words and attention stats and
         returns this batch's outputs (the media callback shows some of them)."""
         attention = self.model.decoder.attention
-        if hasattr(attention, "pop_gate"):
-            attention.pop_gate()  # forget training's gates: report this batch's decoding only
+        attention.pop_statistics()  # forget training's: report this batch's decoding only
         captions = caption_features(self.model, self.vocab, self._raw_features(batch), settings,
                                     getattr(self, "_generator", None) if settings.get("sample") else None,
                                     self._regions(batch))
@@ -201,14 +201,13 @@ class CaptioningModule(pl.LightningModule):
         owner = torch.repeat_interleave(
             torch.arange(len(captions), device=steps.device),
             torch.tensor([len(c.steps) for c in captions], device=steps.device))
-        stats = attention_step_stats(steps)  # (steps, 3)
-        if getattr(attention, "has_sentinel", False):  # adaptive: + the sentinel's weight per step
-            stats = torch.cat([stats, sentinel_weight(steps).unsqueeze(1)], 1)  # (steps, 4)
+        extra = attention.step_statistics(steps)  # {name: (steps,)}, the mode's own
+        self._stat_names = (*ATTENTION_STATS, *extra)
+        stats = torch.cat([attention_step_stats(steps), *(v.float().unsqueeze(1) for v in extra.values())], 1)
         sums = torch.zeros(len(captions), stats.shape[1], device=steps.device)
         sums = sums.index_add_(0, owner, stats).tolist()
-        gate = attention.pop_gate() if hasattr(attention, "pop_gate") else None
-        if gate is not None:
-            self._gates.append((len(steps), gate))
+        if popped := attention.pop_statistics():
+            self._batch_stats.append((len(steps), popped))
         outputs = []
         # Host copy on purpose: the indices key Python dicts (one copy per batch).
         for i, c, refs, objs, image_id, attn in zip(
@@ -226,18 +225,18 @@ class CaptioningModule(pl.LightningModule):
 
     def _gather(self) -> tuple[list[dict], list[tuple[int, float]]]:
         """All processes' outputs, each image once (DDP samplers pad by repeating images), and
-        all processes' (queries, mean gate) pairs."""
+        all processes' (queries, {name: mean}) pairs."""
         outputs, self._outputs = self._outputs, []
-        gates, self._gates = self._gates, []
+        batch_stats, self._batch_stats = self._batch_stats, []
         if self.trainer.world_size > 1:
             parts = [None] * self.trainer.world_size
-            torch.distributed.all_gather_object(parts, (outputs, gates))
+            torch.distributed.all_gather_object(parts, (outputs, batch_stats))
             outputs = [o for part, _ in parts for o in part]
-            gates = [g for _, part in parts for g in part]
-        return sorted({o["index"]: o for o in outputs}.values(), key=lambda o: o["index"]), gates
+            batch_stats = [g for _, part in parts for g in part]
+        return sorted({o["index"]: o for o in outputs}.values(), key=lambda o: o["index"]), batch_stats
 
     def _score(self, stage: str) -> list[dict]:
-        outputs, gates = self._gather()
+        outputs, batch_stats = self._gather()
         hyps = [o["hyp"] for o in outputs]
         refs = [o["refs"] for o in outputs]
         metrics = corpus_bleu_scores(hyps, refs, prefix=f"{stage}/")
@@ -257,11 +256,12 @@ class CaptioningModule(pl.LightningModule):
             ))
         # Every step of every image once: the same numbers from any number of processes.
         total = sum(o["attn_steps"] for o in outputs)
-        names = (*ATTENTION_STATS, "attn_sentinel")  # the last only where a sentinel exists
-        for k, key in enumerate(names[: len(outputs[0]["attn_sums"])] if total else ()):
+        for k, key in enumerate(self._stat_names if total else ()):
             metrics[f"{stage}/{key}"] = sum(o["attn_sums"][k] for o in outputs) / total
-        if gates:  # gated_mixed: per batch, not per image (images repeated by padding count twice)
-            metrics[f"{stage}/attn_gate"] = sum(n * g for n, g in gates) / sum(n for n, _ in gates)
+        # per batch, not per image (images repeated by padding count twice)
+        for key in sorted({k for _, popped in batch_stats for k in popped}):
+            pairs = [(n, popped[key]) for n, popped in batch_stats if key in popped]
+            metrics[f"{stage}/{key}"] = sum(n * v for n, v in pairs) / sum(n for n, _ in pairs)
         self.log_dict(metrics)  # loggers get float32 (Lightning's tensors) ...
         self.metrics[stage] = {k: float(v) for k, v in metrics.items()}  # ... results.json float64
         return outputs

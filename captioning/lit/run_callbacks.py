@@ -16,7 +16,7 @@ from pytorch_lightning.callbacks import Callback, EarlyStopping, LearningRateMon
 
 from .checkpoint_policy import RNGState, checkpoint_callbacks
 from .console import EpochLine
-from .curve import EpochSnapshots, ValidationCurve
+from .learning_curve import EpochSnapshots, ValidationCurve
 from .media import ValidationMedia
 from .throughput import ComputeClock, Throughput
 

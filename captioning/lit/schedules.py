@@ -7,8 +7,8 @@ import math
 import torch
 
 
-def warmup_cosine(optimizer: torch.optim.Optimizer, total_steps: int, warmup_pct: float = 0.05,
-                  min_lr_ratio: float = 0.0) -> torch.optim.lr_scheduler.LambdaLR:
+def warmup_cosine(optimizer: torch.optim.Optimizer, total_steps: int, *, warmup_pct: float,
+                  min_lr_ratio: float) -> torch.optim.lr_scheduler.LambdaLR:
     """Linear warm-up to each group's lr over warmup_pct of total_steps, then cosine decay to
     min_lr_ratio x that lr at the last step (per group: a fine-tuned encoder keeps its ratio)."""
     warmup = max(1, round(total_steps * warmup_pct))
@@ -30,8 +30,8 @@ class WarmupPlateau(torch.optim.lr_scheduler.ReduceLROnPlateau):
     length is not the epoch cap: with early stopping, a run's schedule does not depend on how
     long it may train, only on how long it improves."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, warmup_steps: int = 0, mode: str = "min",
-                 factor: float = 0.1, patience: int = 10, threshold: float = 1e-4,
+    def __init__(self, optimizer: torch.optim.Optimizer, *, warmup_steps: int, mode: str,
+                 factor: float, patience: int, threshold: float = 1e-4,
                  threshold_mode: str = "rel", cooldown: int = 0, min_lr: float = 0.0,
                  eps: float = 1e-8) -> None:
         # ReduceLROnPlateau's arguments spelled out: config_check checks the config's keys against them

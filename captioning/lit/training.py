@@ -22,16 +22,16 @@ from ..device import configure_cpu
 from ..provenance import config_hash, cpu_kind, flatten, git_commit
 from ..schema.fields import defaults
 from ..schema.run import OWN_TRAINER_KEYS, Trainer
+from .auto_precision import accelerator_type, resolve_precision
+from .bf16_plugin import BF16Mixed
 from .checkpoint_policy import AtomicCheckpointIO, newest_checkpoint
 from .config_check import check_config
 from .console import quiet_lightning, summary_table
-from .curve import snapshot_path
 from .datamodule import CaptionDataModule
 from .faults import CheckpointOnStop, reported_faults
+from .learning_curve import snapshot_path
 from .loggers import finish_wandb, run_loggers
-from .mixed import BF16Mixed
 from .module import CaptioningModule
-from .precision import accelerator_type, resolve_precision
 from .results import RunFacts, build_results
 from .resume import adopt_run_dir, check_resumable, find_run, load_initial_weights, read_run, write_run
 from .run_callbacks import RunCallbacks
@@ -163,7 +163,7 @@ def _resume_point(cfg: DictConfig, plain: dict) -> Path | None:
 def _precision(trainer_cfg: dict, plain: dict, run_info: dict, module: CaptioningModule,
                datamodule: CaptionDataModule) -> tuple[str, str]:
     """The training precision and why: a resumed run keeps the one it started in (whatever a
-    new measurement would say), else trainer.precision (auto: measured, lit/precision.py)."""
+    new measurement would say), else trainer.precision (auto: measured, lit/auto_precision.py)."""
     if run_info.get("train_precision") and str(trainer_cfg.get("precision")) == "auto":
         return (run_info["train_precision"],
                 f"{run_info.get('train_precision_source') or 'auto'} (kept on resume)")
@@ -215,10 +215,10 @@ def build_trainer(trainer_cfg: dict, **kwargs) -> pl.Trainer:
             if k not in OWN_TRAINER_KEYS and k not in ("plugins", "use_distributed_sampler")}
     if str(args.get("precision")) == "auto":  # it needs the model and data: train() resolves it
         raise ValueError("trainer.precision=auto must be resolved before the Trainer is built "
-                         "(lit/precision.py: resolve_precision)")
+                         "(lit/auto_precision.py: resolve_precision)")
     plugins = trainer_cfg.get("plugins") or []
     plugins = [hydra.utils.instantiate(p) for p in (plugins if isinstance(plugins, list) else [plugins])]
-    if str(args.get("precision")) in ("bf16-mixed", "bf16"):  # fused AdamW + clipping: lit/mixed.py
+    if str(args.get("precision")) in ("bf16-mixed", "bf16"):  # fused AdamW + clipping: lit/bf16_plugin.py
         # autocast on the accelerator the Trainer will pick (accelerator=auto: the GPU if any)
         plugins.append(BF16Mixed(accelerator_type(args)))
         del args["precision"]

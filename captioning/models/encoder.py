@@ -16,7 +16,7 @@ import torch
 import torchvision
 from torch import nn
 
-from .precision import calibrated_dtype
+from .precision_choice import calibrated_dtype
 from .registry import Registry
 
 
@@ -177,12 +177,13 @@ class ResNetEncoder(nn.Module):
 
     def __init__(
         self,
-        name: str = "resnet50",
-        pretrained: bool = False,
-        weights_path: str | None = None,
-        init_seed: int = 0,
-        verify_weights: bool = True,
-        image_size: int = 128,
+        name: str,
+        *,
+        pretrained: bool,
+        weights_path: str | None,
+        init_seed: int,
+        verify_weights: bool,
+        image_size: int,
     ) -> None:
         super().__init__()
         spec = ENCODERS[name]
@@ -248,7 +249,7 @@ class TunableEncoder(ResNetEncoder):
     stages and the frozen part's weights id only; loading fills the frozen part from this
     (rebuilt) network after checking that id."""
 
-    def __init__(self, stages: int = 1, precision: str = "auto", **kwargs) -> None:
+    def __init__(self, stages: int, precision: str, **kwargs) -> None:
         if problem := finetune_problem(kwargs.get("name", "resnet50")):  # before building it
             raise ValueError(f"encoder.finetune=true: {problem}")
         super().__init__(**kwargs)
@@ -312,8 +313,9 @@ def _fill_frozen(module: TunableEncoder, state: dict, prefix: str, *args) -> Non
 def build_encoder(enc_cfg: dict) -> ResNetEncoder:
     """The frozen feature extractor described by the `encoder` config group."""
     return ResNetEncoder(
-        enc_cfg["name"], enc_cfg["pretrained"], enc_cfg["weights_path"], enc_cfg["init_seed"],
-        enc_cfg["verify_weights"], enc_cfg["image_size"],
+        enc_cfg["name"], pretrained=enc_cfg["pretrained"], weights_path=enc_cfg["weights_path"],
+        init_seed=enc_cfg["init_seed"], verify_weights=enc_cfg["verify_weights"],
+        image_size=enc_cfg["image_size"],
     )
 
 
@@ -346,5 +348,5 @@ def autocast_dtype(device: torch.device, precision: str = "auto") -> torch.dtype
 
 def best_cpu_dtype() -> torch.dtype:
     """The faster precision for the encoder's convolutions on this CPU, measured once and cached
-    (models/precision.py), not guessed from a CPU flag."""
+    (models/precision_choice.py), not guessed from a CPU flag."""
     return calibrated_dtype("encoder")

@@ -20,7 +20,7 @@ class SelfAttentionRefiner(nn.Module):
     the input), so the key width the decoder sees, the factor the comparison studies, is
     unchanged, and a 2048-d grid costs 2 x 2048 x dim weights, not a 2048-d Transformer."""
 
-    def __init__(self, feature_dim: int, layers: int = 2, dim: int = 512, heads: int = 8,
+    def __init__(self, feature_dim: int, *, layers: int, dim: int, heads: int,
                  dropout: float = 0.1) -> None:
         super().__init__()
         if layers < 1 or dim % heads:

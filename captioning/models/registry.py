@@ -4,6 +4,7 @@ the valid names (never a KeyError or an `assert`, which `python -O` strips)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
@@ -25,11 +26,11 @@ class Registry(Generic[T]):
         return entry
 
     def register(self, name: str, **defaults) -> Callable:
-        """Class decorator: `@REG.register("scaled_dot", scaled=True)` registers a builder that
-        calls the class with `defaults` fixed (callers' keywords still win)."""
+        """Class decorator: `@REG.register("scaled_dot", scaled=True)` registers the class with
+        `defaults` fixed (a functools.partial: callers' keywords still win)."""
 
         def wrap(cls):
-            self.add(name, (lambda *args, **kw: cls(*args, **{**defaults, **kw})) if defaults else cls)
+            self.add(name, functools.partial(cls, **defaults) if defaults else cls)
             return cls
 
         return wrap
@@ -38,6 +39,12 @@ class Registry(Generic[T]):
         if name not in self._entries:
             raise ValueError(f"unknown {self.key} '{name}'; valid: {', '.join(self.names())}")
         return self._entries[name]
+
+    def target(self, name: str):
+        """The class (or function) behind a name, without the keywords a variant fixes: what
+        declares a component's needs and whose signature its settings come from."""
+        entry = self[name]
+        return entry.func if isinstance(entry, functools.partial) else entry
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries

@@ -8,7 +8,7 @@ with the nearest valid one, types, ranges: lit/config_check.py), and `complete` 
 config saved by an older version lacks. Entry points call `register()` before Hydra composes.
 
     schema/fields.py     setting(), Rule, check(), complete()
-    schema/attention.py  one schema per attention mode
+    schema/attention.py  one schema per attention mode, derived from its constructor
     schema/model.py      decoders, encoders, the model: section
     schema/data.py       the built-in dataset, Karpathy-format datasets
     schema/run.py        trainer, objective, schedules, checkpoints, decoding, optimiser, root
@@ -37,14 +37,14 @@ from .scripts import Caption, Evaluate, Gallery
 
 # (group, option schema) for every `schema_<name>` a yaml's defaults list names.
 GROUP_SCHEMAS: dict[str, dict[str, type]] = {
-    "attention": ATTENTION,
-    "decoder": DECODER,
     "encoder": {"resnet": ResNet, "precomputed": Precomputed},
     "data": {"synthetic": Synthetic, "karpathy": Karpathy},
     "trainer": {"trainer": Trainer, "trainer_ddp": TrainerDdp},
     "training": {"ce": CrossEntropy, "scst": SelfCritical},
     "schedule": {s.__name__.lower(): s for s in SCHEDULES.values()},
 }
+# The groups whose options are the registries' names, each schema derived from its constructor.
+DERIVED_GROUPS: dict[str, dict[str, type]] = {"attention": ATTENTION, "decoder": DECODER}
 # The primary configs (conf/<name>.yaml): `defaults: [schema_<name>, ...]`.
 ROOT_SCHEMAS: dict[str, type] = {"train": Train, "evaluate": Evaluate, "caption": Caption,
                                  "gallery": Gallery}
@@ -61,6 +61,11 @@ def register() -> None:
     for group, options in GROUP_SCHEMAS.items():
         for name, schema in options.items():
             store.store(group=group, name=f"schema_{name}", node=schema)
+    # Components whose schema comes from their constructor need no yaml: the registry's names
+    # are the group's options (`attention=<name>`, listed by --help).
+    for group, options in DERIVED_GROUPS.items():
+        for name, schema in options.items():
+            store.store(group=group, name=name, node=schema)
     for name, schema in ROOT_SCHEMAS.items():
         store.store(name=f"schema_{name}", node=schema)
 

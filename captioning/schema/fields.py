@@ -8,11 +8,14 @@ import copy
 import dataclasses
 import difflib
 import functools
+import inspect
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field
 from typing import Any
+
+from ..rules import Rule, above, at_least, between, one_of  # noqa: F401  (re-exported)
 
 # A value the config must set (OmegaConf's MISSING): `???` in a yaml or a schema.
 REQUIRED = "???"
@@ -23,33 +26,6 @@ def unset(value: Any) -> bool:
     return value in (None, "", REQUIRED)
 
 
-@dataclass(frozen=True)
-class Rule:
-    """An allowed range: `test(value)` and how to say it ("">= 1", "stop or skip")."""
-
-    test: Callable[[Any], bool]
-    text: str
-
-
-def at_least(low: float) -> Rule:
-    return Rule(lambda v: v >= low, f">= {low}")
-
-
-def above(low: float) -> Rule:
-    return Rule(lambda v: v > low, f"> {low}")
-
-
-def between(low: float, high: float, low_open: bool = False, high_open: bool = False) -> Rule:
-    def test(v) -> bool:
-        return (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
-    return Rule(test, f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}")
-
-
-def one_of(*values: str) -> Rule:
-    text = " or ".join(values) if len(values) == 2 else " | ".join(values)
-    return Rule(lambda v: v in values, text)
-
-
 def setting(default: Any = MISSING, rule: Rule | None = None, note: str = "", must: str = "") -> Any:
     """A dataclass field: its default, its allowed range and a note for the error message
     (`must` replaces the whole generated "must be ..." text)."""
@@ -57,6 +33,36 @@ def setting(default: Any = MISSING, rule: Rule | None = None, note: str = "", mu
     if isinstance(default, list | dict) or dataclasses.is_dataclass(default):
         return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
     return field(default=default, metadata=meta)
+
+
+def from_signature(name: str, builder: Callable, skip: tuple[str, ...] = (), doc: str = "") -> type:
+    """The schema of a registered component, derived from its constructor so that each setting's
+    default, type and range are written once, there: a `name` field (the option's name), then
+    every keyword that has a default, typed by its annotation, its range from an
+    `Annotated[type, rule]` (captioning/rules.py). `builder` may be a functools.partial (a
+    registered variant): the keywords it fixes are no settings. `skip`: keywords the caller
+    supplies (a decoder's widths)."""
+    fixed = builder.keywords if isinstance(builder, functools.partial) else {}
+    target = builder.func if isinstance(builder, functools.partial) else builder
+    init = target.__init__ if isinstance(target, type) else target
+    hints = typing.get_type_hints(init, include_extras=True)
+    specs: list[tuple] = [("name", str, field(default=name))]
+    for param in inspect.signature(init).parameters.values():
+        if (param.default is inspect.Parameter.empty or param.name in skip or param.name in fixed
+                or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD)):
+            continue
+        hint, rule = hints.get(param.name, Any), None
+        if typing.get_origin(hint) is typing.Annotated:
+            hint, *extras = typing.get_args(hint)
+            rule = next((e for e in extras if isinstance(e, Rule)), None)
+        default = dict(param.default) if isinstance(param.default, Mapping) else param.default
+        specs.append((param.name, hint, setting(default, rule)))
+    title = "".join(part.title() for part in name.split("_"))
+    schema = dataclasses.make_dataclass(title, specs)
+    schema.__doc__ = doc or (target.__doc__ or "").strip().split("\n\n")[0]
+    schema.__module__ = __name__
+    schema.__derived_from__ = target  # the one home of its defaults
+    return schema
 
 
 def _default(f: dataclasses.Field) -> Any:

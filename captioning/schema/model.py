@@ -1,51 +1,14 @@
-"""The model's settings: `decoder=<name>` (each decoder's constructor keywords, same defaults),
+"""The model's settings: `decoder=<name>` (each decoder's constructor keywords, derived from it),
 `encoder=<name>` (a ResNet extracted here, or features you bring) and the `model:` section."""
 
 from dataclasses import dataclass
 
-from .fields import REQUIRED, Rule, above, at_least, between, one_of, setting
+from ..models.decoders import DECODERS
+from .fields import REQUIRED, Rule, above, at_least, between, from_signature, one_of, setting
 
-
-@dataclass
-class LSTM:
-    """Show-Attend-Tell LSTM (models/decoders/lstm.py): query = hidden state, keys = image
-    features at their own width."""
-
-    name: str = "lstm"
-    embed_dim: int = setting(512, at_least(1))
-    hidden_dim: int = setting(512, at_least(1))
-    value_dim: int = setting(512, at_least(1))     # values projected once per image
-    dropout: float = setting(0.3, between(0, 1, high_open=True))
-    gate: bool = True
-    prepare_once: bool = True   # false: the naive baseline (keys/values re-projected every step)
-    # true: at one seed every mode starts its shared layers from the same weights (only the
-    # attention's own differ); false: the attention's draws shift every later layer's start
-    paired_init: bool = True
-
-
-@dataclass
-class Transformer:
-    """Pre-norm Transformer decoder (models/decoders/transformer.py) sized for the built-in
-    dataset (docs/results.md). d_model 512 = the LSTM's query width; image features reach
-    cross-attention at their own width (2048-d) unless project_features=true maps them first."""
-
-    name: str = "transformer"
-    d_model: int = setting(512, at_least(1))
-    num_layers: int = setting(2, at_least(1))
-    num_heads: int = setting(8, at_least(1))
-    ff_dim: int = setting(1024, at_least(1))
-    dropout: float = setting(0.0, between(0, 1, high_open=True))
-    positions: str = "learned"      # or sinusoidal
-    max_len: int = setting(64, at_least(1))
-    tie_embeddings: bool = True
-    project_features: bool = False
-    use_cache: bool = True      # false re-runs the whole prefix at every decoding step (reference path)
-    length_buckets: int = setting(3, at_least(1))  # training: captions in <= 3 length groups (less padding)
-    prepare_once: bool = True   # false: the naive baseline (cross-attention keys re-projected every call)
-    paired_init: bool = True    # as the LSTM's: shared layers start alike in every mode at one seed
-
-
-DECODER = {"lstm": LSTM, "transformer": Transformer}
+# decoder=<name>: the decoder's constructor keywords (models/decoders/), derived from them; the
+# vocabulary, feature width and attention are the run's, not settings.
+DECODER = {name: from_signature(name, DECODERS[name]) for name in DECODERS}
 
 
 @dataclass

@@ -7,6 +7,19 @@ from typing import Any, Dict  # noqa: UP035  (OmegaConf needs typing.Dict as a b
 from .fields import REQUIRED, Rule, above, at_least, between, one_of, setting
 from .model import Model
 
+# The layouts scripts/extract_features.py writes (encoder=precomputed reads each).
+EXPORT_FORMATS = ("npy_dir", "npz_dir", "npz")
+
+
+@dataclass
+class Extract:
+    """scripts/extract_features.py: the dataset's features from the configured encoder (its
+    feature store, extracted once) written in a layout encoder=precomputed reads."""
+
+    out: str = REQUIRED             # a folder (npy_dir, npz_dir) or a .npz file (npz)
+    format: str = setting("npy_dir", one_of(*EXPORT_FORMATS))
+    splits: list[str] = setting([])  # e.g. [train, val]; empty: every split
+
 
 @dataclass
 class Trainer(Dict[str, Any]):  # noqa: UP006
@@ -20,8 +33,8 @@ class Trainer(Dict[str, Any]):  # noqa: UP006
     strategy: str = "auto"          # ddp for several processes (gloo on CPU)
     devices: Any = 1
     # auto: bf16-mixed on a GPU with bf16; on a CPU whichever of 32-true and bf16-mixed runs this
-    # model's training step faster here, measured once per machine and model (lit/precision.py,
-    # docs/benchmarks.md); or any Lightning precision (lit/precision.py: TRAIN_PRECISIONS, from
+    # model's training step faster here, measured once per machine and model (lit/auto_precision.py,
+    # docs/benchmarks.md); or any Lightning precision (lit/auto_precision.py: TRAIN_PRECISIONS, from
     # Lightning's own list). CAPTIONING_TRAIN_PRECISION sets the default.
     precision: Any = "${oc.env:CAPTIONING_TRAIN_PRECISION,auto}"
     max_epochs: int = setting(7, at_least(1), note="the one-cycle schedule needs a finite length; "
@@ -311,3 +324,4 @@ class Train:
     callbacks: Any = None           # extension point: {name: {_target_: a Lightning callback, ...}}
     compare: Compare | None = None  # scripts/compare.py's experiments set it
     report: str = "data_report.json"  # scripts/prepare_data.py: where its report goes
+    extract: Extract | None = None    # scripts/extract_features.py: what it writes

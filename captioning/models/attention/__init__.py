@@ -1,17 +1,12 @@
-"""Cross-attention modules behind one interface; `build_attention(name, Dq, Dk, Dv, **cfg)`."""
+"""Cross-attention modules behind one interface; `build_attention(name, Dq, Dk, Dv, **cfg)`.
 
-from . import (  # noqa: F401  (registers the modules)
-    adaptive,
-    additive,
-    aoa,
-    dot,
-    graph,
-    hierarchical,
-    linear,
-    local,
-    mixed,
-    multihead,
-)
+A mode is one file here: every module of this package is imported below, so its `@register`
+puts it in ATTENTIONS; its settings (`attention.<key>`) come from its constructor's keywords
+(captioning/schema/attention.py), and `attention=<name>` from the registry."""
+
+import importlib
+import pkgutil
+
 from .adaptive import sentinel_weight
 from .base import (
     ATTENTION_STATS,
@@ -27,6 +22,9 @@ from .base import (
     own_init_stream,
     placed,
 )
+
+for _module in pkgutil.iter_modules(__path__):  # each file registers its modes
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
     "ATTENTION_STATS", "ATTENTIONS", "CrossAttention", "Prepared", "attention_stats",

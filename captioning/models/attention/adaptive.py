@@ -14,9 +14,12 @@ The weights returned are the N grid weights; they sum to 1 - beta_t, so the sent
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from torch import nn
 
+from ...rules import at_least
 from .base import CrossAttention, Prepared, group_rows, masked_softmax, register
 
 
@@ -31,14 +34,27 @@ class AdaptiveAttention(CrossAttention):
     `input_dim`: the width of the decoder input x_t when the decoder passes its memory (the
     LSTM sets it to its embedding width); None: the sentinel comes from the query."""
 
+    # docs/model.md's table of modes (maint/make_docs.py): the score, when to use it
+    table = {
+        'adaptive': (
+            'additive over the N cells + a visual sentinel s_t (LSTM: g_t * tanh(c_{t-1}), g_t from x_t and '
+            'h_{t-1}; Transformer: from the query) in one softmax',
+            'words with no visual evidence ("of", "the") may attend to nothing; `val/attn_sentinel` logs '
+            "the sentinel's mean weight"),
+    }
+
     has_sentinel = True
+    from_decoder = ("input_dim",)
+
+    def step_statistics(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"attn_sentinel": sentinel_weight(weights)}
 
     def __init__(
         self,
         query_dim: int,
         key_dim: int,
         value_dim: int | None = None,
-        attn_dim: int = 512,
+        attn_dim: Annotated[int, at_least(1)] = 512,
         input_dim: int | None = None,
     ) -> None:
         super().__init__(query_dim, key_dim, value_dim)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from torch import nn
 
+from ...rules import at_least
 from .base import CrossAttention, full_precision, register
 
 
@@ -23,13 +26,20 @@ def half_tanh_(q: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
 class AdditiveAttention(CrossAttention):
     """W2 k is computed once per image in `prepare` (tutorials recompute it every step)."""
 
+    # docs/model.md's table of modes (maint/make_docs.py): the score, when to use it
+    table = {
+        'additive': (
+            'v^T tanh(W1 q + W2 k)',
+            'the Show-Attend-Tell baseline; a learned non-linear match'),
+    }
+
     def __init__(
         self,
         query_dim: int,
         key_dim: int,
         value_dim: int | None = None,
-        attn_dim: int = 512,
-        init: str = "default",
+        attn_dim: Annotated[int, at_least(1)] = 512,
+        init: str = "default",  # or orthogonal
     ) -> None:
         super().__init__(query_dim, key_dim, value_dim)
         self.w_query = nn.Linear(query_dim, attn_dim, bias=False)  # W1

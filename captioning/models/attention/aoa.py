@@ -5,6 +5,9 @@ context is g * i: the gate can shut out an attended result that does not fit the
 
 from __future__ import annotations
 
+from types import MappingProxyType
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -16,13 +19,21 @@ class AttentionOnAttention(CrossAttention):
     """`base` (default multi-head scaled dot, as in AoANet) with `base_args`; the weights
     reported are the base mode's (where the information came from)."""
 
+    # docs/model.md's table of modes (maint/make_docs.py): the score, when to use it
+    table = {
+        'aoa': (
+            "attention on attention: the base mode's (`multihead_dot`) context v and q give i = W_i[v;q], g "
+            '= sigmoid(W_g[v;q]); context g * i',
+            'filter out attended content that does not fit the query (AoANet)'),
+    }
+
     def __init__(
         self,
         query_dim: int,
         key_dim: int,
         value_dim: int | None = None,
         base: str = "multihead_dot",
-        base_args: dict | None = None,
+        base_args: dict[str, Any] = MappingProxyType({"num_heads": 8}),  # the base mode's settings
     ) -> None:
         super().__init__(query_dim, key_dim, value_dim)
         if base == "aoa":

@@ -61,14 +61,33 @@ class CrossAttention(nn.Module):
     """Base class: subclasses implement `_prepare_keys` and `_scores`; queries may be (B, Dq)
     or (B, T, Dq)."""
 
+    # What a mode declares instead of being named elsewhere (decoders, the LightningModule):
     # False where the returned weights are computed beside the context for diagnostics, not the
     # ones that make it (linear attention): a loss on them (optim.alpha_c) is refused.
     weights_make_context = True
+    # True where the weights may sum to less than 1, the rest going to a sentinel (adaptive).
+    has_sentinel = False
+    # Keywords the decoder supplies rather than the config (adaptive: `input_dim`, the width of
+    # the decoder's input x_t, which the LSTM then passes with its memory at every step).
+    from_decoder: tuple[str, ...] = ()
+    # Per registered name: (its score, when to use it), docs/model.md's table of modes (the
+    # parameter counts are built, not typed). A mode without an entry shows its docstring.
+    table: dict[str, tuple[str, str]] = {}
 
     def __init__(self, query_dim: int, key_dim: int, value_dim: int | None = None) -> None:
         super().__init__()
         self.query_dim, self.key_dim = query_dim, key_dim
         self.value_dim = key_dim if value_dim is None else value_dim
+
+    def step_statistics(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
+        """weights (M, N), one decoding step per row -> {metric name: (M,)} this mode reports
+        beside the entropy, max and min of every mode (adaptive: the sentinel's share)."""
+        return {}
+
+    def pop_statistics(self) -> dict[str, float]:
+        """Means this mode accumulated over the queries since the last pop (gated_mixed: its
+        gate), reset by popping; the LightningModule logs them per stage."""
+        return {}
 
     def _prepare_keys(self, keys: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import torch
 from torch import nn
 
+from ...rules import at_least
 from .base import CrossAttention, masked_softmax, register
 from .position import RelativePositionBias2d
 
@@ -16,6 +18,16 @@ from .position import RelativePositionBias2d
 class DotAttention(CrossAttention):
     """`project`: 'keys' maps keys to Dq once per image (cheap per step), 'query' maps the query
     to Dk at every step, 'none' requires Dq == Dk. 'auto' = keys when the widths differ."""
+
+    # docs/model.md's table of modes (maint/make_docs.py): the score, when to use it
+    table = {
+        'dot': (
+            'q^T (W k); W only when Dq != Dk (`attention=dot attention.project=query` moves it to the query)',
+            'cheapest per step; no parameters at matched widths'),
+        'scaled_dot': (
+            'q^T (W k) / sqrt(d)',
+            'dot with large d, where unscaled scores saturate the softmax'),
+    }
 
     def __init__(
         self,
@@ -76,6 +88,13 @@ class DotAttention(CrossAttention):
 class GeneralAttention(DotAttention):
     """Luong's bilinear score q^T W k: W (Dk -> Dq) is always learned, even when Dq == Dk."""
 
+    # docs/model.md's table of modes (maint/make_docs.py): the score, when to use it
+    table = {
+        'general': (
+            'q^T W k (Luong bilinear; W always learned)',
+            'a learned match even when widths are equal'),
+    }
+
     def __init__(self, query_dim: int, key_dim: int, value_dim: int | None = None,
                  scaled: bool = False, init: str = "default", position_bias: str = "none") -> None:
         super().__init__(query_dim, key_dim, value_dim, scaled=scaled, project="keys", init=init,
@@ -86,8 +105,15 @@ class GeneralAttention(DotAttention):
 class SparseTopKAttention(DotAttention):
     """Scaled dot-product where only the `topk` best-scoring positions keep weight."""
 
+    # docs/model.md's table of modes (maint/make_docs.py): the score, when to use it
+    table = {
+        'sparse_topk': (
+            'scaled dot, only the `topk` (4) best positions keep weight',
+            'a sharp, interpretable focus'),
+    }
+
     def __init__(self, query_dim: int, key_dim: int, value_dim: int | None = None,
-                 topk: int = 4, project: str = "auto", init: str = "default",
+                 topk: Annotated[int, at_least(1)] = 4, project: str = "auto", init: str = "default",
                  position_bias: str = "none") -> None:
         super().__init__(query_dim, key_dim, value_dim, scaled=True, project=project, init=init,
                          position_bias=position_bias)

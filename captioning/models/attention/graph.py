@@ -8,10 +8,14 @@ is still a mixture of cells and a weight still means "this cell"."""
 
 from __future__ import annotations
 
+from types import MappingProxyType
+from typing import Annotated, Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...rules import at_least
 from .base import CrossAttention, Prepared, build_attention, register
 from .position import grid_side
 
@@ -44,17 +48,26 @@ class GraphAttention(CrossAttention):
     """GAT layer (`heads` heads of width `graph_dim`, LeakyReLU 0.2 scores, ELU) on the keys,
     residual back to the key width, then `base` (default additive) with `base_args`."""
 
+    # docs/model.md's table of modes (maint/make_docs.py): the score, when to use it
+    table = {
+        'graph': (
+            'a GAT layer over the cells once per image (`attention.adjacency`: `grid8` neighbours or `knn` '
+            'in feature space; 4 heads of 64) added to the keys, then `attention.base` (`additive`)',
+            'relations between neighbouring regions matter (an object next to another); keys only, values '
+            "stay each cell's own"),
+    }
+
     def __init__(
         self,
         query_dim: int,
         key_dim: int,
         value_dim: int | None = None,
         base: str = "additive",
-        base_args: dict | None = None,
-        heads: int = 4,
-        graph_dim: int = 64,
-        adjacency: str = "grid8",
-        knn: int = 8,
+        base_args: dict[str, Any] = MappingProxyType({"attn_dim": 512}),  # the base mode's settings
+        heads: Annotated[int, at_least(1)] = 4,
+        graph_dim: Annotated[int, at_least(1)] = 64,  # per head
+        adjacency: str = "grid8",  # or knn
+        knn: Annotated[int, at_least(1)] = 8,
     ) -> None:
         super().__init__(query_dim, key_dim, value_dim)
         if adjacency not in ADJACENCY:

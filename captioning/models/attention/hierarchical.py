@@ -7,10 +7,12 @@ each block is 2x2 cells and the two levels are nearly one; on 7x7 (224 px) or 14
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 from torch import nn
 
+from ...rules import at_least
 from .base import CrossAttention, Prepared, masked_softmax, register
 from .position import grid_side
 
@@ -42,13 +44,22 @@ class HierarchicalAttention(CrossAttention):
     """Both levels score by scaled dot products of learned projections (width attn_dim), so any
     query and key widths work; block keys are the mean of their (visible) cells' features."""
 
+    # docs/model.md's table of modes (maint/make_docs.py): the score, when to use it
+    table = {
+        'hierarchical': (
+            'softmax over k x k pooled blocks (`attention.blocks`, 2) x softmax over the cells inside each '
+            'block (scaled dot of projections)',
+            'large grids (7x7 at 224 px and up); on the built-in 4x4 grid with k = 2 the two levels nearly '
+            'coincide, and k > the grid side is refused'),
+    }
+
     def __init__(
         self,
         query_dim: int,
         key_dim: int,
         value_dim: int | None = None,
-        attn_dim: int = 512,
-        blocks: int = 2,
+        attn_dim: Annotated[int, at_least(1)] = 512,
+        blocks: Annotated[int, at_least(1)] = 2,
     ) -> None:
         super().__init__(query_dim, key_dim, value_dim)
         if blocks < 1:

@@ -25,6 +25,13 @@ def _phi(x: torch.Tensor) -> torch.Tensor:
 class LinearAttention(CrossAttention):
     """Keys are projected to Dq; masked positions get phi(k) = 0, hence exactly zero weight."""
 
+    # docs/model.md's table of modes (maint/make_docs.py): the score, when to use it
+    table = {
+        'linear': (
+            'φ(q)·φ(Wk), φ = elu+1, context via Σφ(k)vᵀ',
+            'many positions (O(N) per query)'),
+    }
+
     weights_make_context = False  # the context comes from the O(N) summary, never the weights
 
     def __init__(self, query_dim: int, key_dim: int, value_dim: int | None = None) -> None:

@@ -4,10 +4,12 @@ centre, and a Gaussian window around it multiplies the (renormalised) bilinear w
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import torch
 from torch import nn
 
+from ...rules import at_least
 from .base import CrossAttention, register
 from .position import grid_coords
 
@@ -19,8 +21,15 @@ class LocalAttention(CrossAttention):
     the centre is a smooth function of the query, so its predictor learns by backprop.
     sigma = window / 2 grid cells."""
 
+    # docs/model.md's table of modes (maint/make_docs.py): the score, when to use it
+    table = {
+        'local': (
+            'bilinear score − ‖pos − p(q)‖² / 2σ², p(q) a predicted 2-D centre',
+            'compact objects: a soft 2-D window around a learned centre'),
+    }
+
     def __init__(self, query_dim: int, key_dim: int, value_dim: int | None = None,
-                 window: float = 2.0, centre_dim: int = 128) -> None:
+                 window: float = 2.0, centre_dim: Annotated[int, at_least(1)] = 128) -> None:
         super().__init__(query_dim, key_dim, value_dim)
         self.proj = nn.Linear(key_dim, query_dim, bias=False)
         self.centre = nn.Sequential(nn.Linear(query_dim, centre_dim), nn.Tanh(), nn.Linear(centre_dim, 2))

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import torch
 from torch import nn
 
+from ...rules import at_least
 from .additive import AdditiveAttention
 from .base import CrossAttention, Prepared, build_attention, register
 
@@ -22,12 +24,20 @@ class MixedAttention(CrossAttention):
     The inner module is built exactly as `attention=<choice>` would build it, so a mixed run
     is identical to the run of the mode it picks (same seed, same numbers)."""
 
+    # docs/model.md's table of modes (maint/make_docs.py): the score, when to use it
+    table = {
+        'mixed': (
+            '`dot` if Dq == Dk else `additive`, decided at construction (`attention=mixed '
+            'attention.dot=scaled_dot` picks scaled dot)',
+            "the practitioners' rule; `results.json` records `attention_resolved`"),
+    }
+
     def __init__(
         self,
         query_dim: int,
         key_dim: int,
         value_dim: int | None = None,
-        attn_dim: int = 512,
+        attn_dim: Annotated[int, at_least(1)] = 512,
         dot: str = "dot",
         init: str = "default",
     ) -> None:
@@ -56,12 +66,20 @@ class GatedMixedAttention(AdditiveAttention):
     query (per step). The gate is summed on the device at every call (no host sync);
     `pop_gate()` returns its mean over every query since the last pop, for logging."""
 
+    # docs/model.md's table of modes (maint/make_docs.py): the score, when to use it
+    table = {
+        'gated_mixed': (
+            'g·scaled_dot + (1-g)·additive, g = sigmoid(w^T q + b) per step',
+            "let the model choose; the gate's mean over all decoding steps (the last layer's in the "
+            'Transformer) is logged as `val/attn_gate`'),
+    }
+
     def __init__(
         self,
         query_dim: int,
         key_dim: int,
         value_dim: int | None = None,
-        attn_dim: int = 512,
+        attn_dim: Annotated[int, at_least(1)] = 512,
         init: str = "default",
     ) -> None:
         super().__init__(query_dim, key_dim, value_dim, attn_dim, init)
@@ -84,6 +102,10 @@ class GatedMixedAttention(AdditiveAttention):
         self._gate_sum = gate_sum if self._gate_sum is None else self._gate_sum + gate_sum
         self._gate_count += g.numel()
         return g * dot + (1 - g) * additive
+
+    def pop_statistics(self) -> dict[str, float]:
+        gate = self.pop_gate()
+        return {} if gate is None else {"attn_gate": gate}
 
     def pop_gate(self) -> float | None:
         """Mean gate over every query (every step, every row) since the last pop, then reset;

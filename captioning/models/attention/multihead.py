@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import torch
 from torch import nn
 
+from ...rules import at_least
 from .additive import half_tanh_
 from .base import CrossAttention, Prepared, full_precision, masked_softmax, register
 
@@ -51,8 +53,15 @@ class _MultiHead(CrossAttention):
 class MultiHeadDotAttention(_MultiHead):
     """Scaled dot-product per head; with Dv == Dq it is nn.MultiheadAttention(Dq, H, kdim=Dk)."""
 
+    # docs/model.md's table of modes (maint/make_docs.py): the score, when to use it
+    table = {
+        'multihead_dot': (
+            'H=8 heads of scaled dot-product (= `nn.MultiheadAttention`, kdim 2048)',
+            'several things attended at once'),
+    }
+
     def __init__(self, query_dim: int, key_dim: int, value_dim: int | None = None,
-                 num_heads: int = 8, head_dim: int | None = None) -> None:
+                 num_heads: Annotated[int, at_least(1)] = 8, head_dim: int | None = None) -> None:
         super().__init__(query_dim, key_dim, value_dim, num_heads, head_dim)
         self.q_proj = nn.Linear(query_dim, self.h * self.dh)
         self.k_proj = nn.Linear(key_dim, self.h * self.dh)
@@ -70,8 +79,17 @@ class MultiHeadAdditiveAttention(_MultiHead):
     """Each head has its own W1, W2 and v: score_h = v_h^T tanh(W1_h q + W2_h k).
     `head_attn_dim` defaults to attn_dim / H (the same total width as single-head additive)."""
 
+    # docs/model.md's table of modes (maint/make_docs.py): the score, when to use it
+    table = {
+        'multihead_additive': (
+            'H=8 heads, each its own W1, W2, v',
+            'additive with several heads; `attention=multihead_additive attention.head_attn_dim=512` gives '
+            'every head the full width (11,019,264)'),
+    }
+
     def __init__(self, query_dim: int, key_dim: int, value_dim: int | None = None,
-                 num_heads: int = 8, head_dim: int | None = None, attn_dim: int = 512,
+                 num_heads: Annotated[int, at_least(1)] = 8, head_dim: int | None = None,
+                 attn_dim: Annotated[int, at_least(1)] = 512,
                  head_attn_dim: int | None = None) -> None:
         super().__init__(query_dim, key_dim, value_dim, num_heads, head_dim)
         self.a = head_attn_dim or attn_dim // num_heads

@@ -4,12 +4,14 @@ initial state from the mean feature, deep output layer."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Annotated
 
 import torch
 from torch import nn
 
-from ..attention import Prepared, build_attention, own_init_stream, placed
-from ..precision import to_autocast_dtype
+from ...rules import at_least, between
+from ..attention import ATTENTIONS, Prepared, build_attention, own_init_stream, placed
+from ..precision_choice import to_autocast_dtype
 from .steps import StepLinear
 
 
@@ -34,21 +36,21 @@ class LSTMDecoder(nn.Module):
         vocab_size: int,
         feature_dim: int,
         attention: dict,
-        embed_dim: int = 512,
-        hidden_dim: int = 512,
-        value_dim: int = 512,
-        dropout: float = 0.3,
+        embed_dim: Annotated[int, at_least(1)] = 512,
+        hidden_dim: Annotated[int, at_least(1)] = 512,
+        value_dim: Annotated[int, at_least(1)] = 512,  # values projected once per image
+        dropout: Annotated[float, between(0, 1, high_open=True)] = 0.3,
         gate: bool = True,
-        prepare_once: bool = True,
-        paired_init: bool = True,
+        prepare_once: bool = True,  # false: the naive baseline (keys/values re-projected every step)
+        paired_init: bool = True,  # false: the attention's draws shift every later layer's start
     ) -> None:
         super().__init__()
         # False = the naive baseline (tutorial style): keys and values are projected again at
         # every step. Same outputs, only slower; the benchmark measures what preparing saves.
         self.prepare_once = prepare_once
         attention = dict(attention)
-        if attention["name"] == "adaptive":  # its visual sentinel is made from x_t and the memory cell
-            attention.setdefault("input_dim", embed_dim)
+        if "input_dim" in ATTENTIONS.target(attention["name"]).from_decoder:
+            attention.setdefault("input_dim", embed_dim)  # e.g. adaptive's sentinel reads x_t
         self.embed = nn.Embedding(vocab_size, embed_dim)
         self.value_proj = nn.Linear(feature_dim, value_dim)
         # paired_init: every layer but the attention starts from the same weights in every mode

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from ..precision import to_autocast_dtype
+from ..precision_choice import to_autocast_dtype
 
 
 class _Step(torch.autograd.Function):

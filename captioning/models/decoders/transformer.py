@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...rules import at_least, between
 from ..attention import Prepared, build_attention, own_init_stream, placed
 
 
@@ -92,19 +94,19 @@ class TransformerDecoder(nn.Module):
         vocab_size: int,
         feature_dim: int,
         attention: dict,
-        d_model: int = 512,
-        num_layers: int = 2,
-        num_heads: int = 8,
-        ff_dim: int = 1024,
-        dropout: float = 0.0,
-        positions: str = "learned",
-        max_len: int = 64,
+        d_model: Annotated[int, at_least(1)] = 512,
+        num_layers: Annotated[int, at_least(1)] = 2,
+        num_heads: Annotated[int, at_least(1)] = 8,
+        ff_dim: Annotated[int, at_least(1)] = 1024,
+        dropout: Annotated[float, between(0, 1, high_open=True)] = 0.0,
+        positions: str = "learned",  # or sinusoidal
+        max_len: Annotated[int, at_least(1)] = 64,
         tie_embeddings: bool = True,
         project_features: bool = False,
-        use_cache: bool = True,
-        length_buckets: int = 3,
-        prepare_once: bool = True,
-        paired_init: bool = True,
+        use_cache: bool = True,  # false re-runs the whole prefix at every step (reference path)
+        length_buckets: Annotated[int, at_least(1)] = 3,  # training: <= 3 caption length groups
+        prepare_once: bool = True,  # false: the naive baseline (keys re-projected every call)
+        paired_init: bool = True,  # as the LSTM's: shared layers start alike in every mode
     ) -> None:
         super().__init__()
         if d_model % num_heads:

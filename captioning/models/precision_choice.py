@@ -9,7 +9,7 @@ apart. What is timed, fp32 against bf16 autocast:
 - `decoder`: the decoder's matmuls (the vocabulary projection of a batch of 64 x 20 tokens, a
   key projection of 64 x 16 cells of 2048-d features);
 - a training step of a run's own model at its own batch shapes (`trainer.precision=auto`,
-  lit/precision.py), once per model and shape signature: a decoder of many small steps can be
+  lit/auto_precision.py), once per model and shape signature: a decoder of many small steps can be
   slower in bf16 on a CPU whose bf16 matmuls are faster (autocast's casts, bf16 elementwise work).
 bf16 is chosen where it takes at most MARGIN of fp32's time. The cache is
 `$CAPTIONING_CACHE_DIR/precision.json` (default `data/cache/`, beside the feature stores); one

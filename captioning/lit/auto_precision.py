@@ -2,8 +2,8 @@
 
 On a GPU, bf16-mixed where the GPU has bf16 (its bf16 units are the fast ones), else 32-true. On
 a CPU, a measurement: training steps of a copy of this run's model on batches of its own data
-(forward, loss, backward, the fused optimiser), fp32 against bf16 autocast as lit/mixed.py runs
-it, once per machine and model/shape signature (models/precision.py caches it). Whether a CPU's
+(forward, loss, backward, the fused optimiser), fp32 against bf16 autocast as lit/bf16_plugin.py runs
+it, once per machine and model/shape signature (models/precision_choice.py caches it). Whether a CPU's
 faster bf16 matmuls make the whole step faster depends on the model and the CPU: the LSTM's many
 small per-step ops can lose in bf16 what its matmuls gain (docs/benchmarks.md: "`make
 train` in each precision"). Several CPU processes (DDP) and a fine-tuned encoder get 32-true unmeasured. Any
@@ -26,9 +26,9 @@ import pytorch_lightning as pl
 import torch
 from lightning_fabric.connector import _PRECISION_INPUT_INT, _PRECISION_INPUT_STR, _PRECISION_INPUT_STR_ALIAS
 
-from ..models.precision import training_choice
+from ..models.precision_choice import training_choice
 from ..provenance import fingerprint
-from .mixed import BF16Mixed
+from .bf16_plugin import BF16Mixed
 from .module import teacher_forced_loss
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ def _step(model: torch.nn.Module, cfg: dict, batches: list[dict], pad: int):
     def run(dtype: torch.dtype) -> None:
         batch = batches[turn[dtype] % len(batches)]
         turn[dtype] += 1
-        bf16 = dtype == torch.bfloat16  # autocast as training runs it (lit/mixed.py)
+        bf16 = dtype == torch.bfloat16  # autocast as training runs it (lit/bf16_plugin.py)
         with BF16Mixed("cpu").autocast_context_manager() if bf16 else contextlib.nullcontext():
             loss, _ = teacher_forced_loss(twin, batch["features"], batch["tokens"],
                                           batch["image_index"], pad, smoothing)

@@ -1,0 +1,76 @@
+"""Extract once, train many times (scripts/extract_features.py): the files it writes hold the
+store's features bit for bit in every layout, and training on them with encoder=precomputed
+gives the test captions training on the encoder gives."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import TINY, compose_cfg, shrink
+from omegaconf import OmegaConf
+
+from captioning.data.export import export_features
+from captioning.data.precomputed import FORMATS
+from captioning.data.prepare import locate_and_read
+from captioning.errors import UserError
+
+# The encoder run: one short epoch, the same for both runs; what differs is where features come from.
+RUN = TINY + ["trainer.max_epochs=1", "decode.beam_size=2"]
+
+
+def _plain(cfg) -> dict:
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, data_dir):
+    cfg = _plain(compose_cfg(RUN, tmp_path_factory.mktemp("store"), data_dir))
+    located, feats, reasons = locate_and_read(cfg["data"], cfg["encoder"])
+    rows = {str(r.image_id): np.asarray(feats[i]) for i, r in enumerate(located.records) if not reasons[i]}
+    return cfg, rows
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_layout_holds_the_stores_features_bit_for_bit(store, tmp_path, fmt):
+    cfg, rows = store
+    out = tmp_path / ("features.npz" if fmt == "npz" else "features")
+    done = export_features(cfg["data"], cfg["encoder"], {"out": str(out), "format": fmt, "splits": []})
+    assert done["images"] == len(rows) and done["dtype"] == "float16"
+    if fmt == "npz":
+        with np.load(out) as z:
+            got = dict(zip(z["ids"].tolist(), z["features"]))
+    else:
+        got = {p.stem: (np.load(p) if fmt == "npy_dir" else np.load(p)["features"])
+               for p in out.glob(f"*.{fmt[:3]}")}
+    assert set(got) == set(rows)
+    for image_id, want in rows.items():
+        assert got[image_id].dtype == want.dtype and np.array_equal(got[image_id], want), image_id
+
+
+def test_chosen_splits_only_and_a_wrong_split_named(store, tmp_path):
+    cfg, _ = store
+    done = export_features(cfg["data"], cfg["encoder"], {"out": str(tmp_path / "t"), "format": "npy_dir",
+                                                         "splits": ["test"]})
+    assert done["images"] == cfg["data"]["synthetic"]["num_test"]
+    with pytest.raises(UserError, match=r"extract.splits: \['tset'\] not in the dataset"):
+        export_features(cfg["data"], cfg["encoder"], {"out": str(tmp_path / "u"), "format": "npy_dir",
+                                                      "splits": ["tset"]})
+
+
+def test_training_on_the_extracted_files_captions_as_training_on_the_encoder(store, tmp_path, data_dir):
+    from captioning.lit.training import train
+
+    cfg, _ = store
+    out = tmp_path / "features"
+    export_features(cfg["data"], cfg["encoder"], {"out": str(out), "format": "npy_dir", "splits": []})
+    direct = shrink(compose_cfg(RUN, tmp_path / "direct", data_dir))
+    train(direct)
+    extracted = [o for o in RUN if not o.startswith("encoder")] + [
+        "encoder=precomputed", f"encoder.path={out}", "encoder.grid=true"]
+    train(shrink(compose_cfg(extracted, tmp_path / "extracted", data_dir)))
+    captions = [json.loads((tmp_path / run / "predictions.json").read_text())
+                for run in ("direct", "extracted")]
+    assert captions[0] == captions[1]
+    assert len({json.dumps(c["caption"]) for c in captions[0]}) > 1  # not one caption for every image
