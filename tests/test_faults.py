@@ -291,6 +291,9 @@ def test_a_write_without_a_file_name_is_named_from_its_file_object(tmp_path):
     with pytest.raises(OSError) as failed_copy:
         Media().save()
     assert describe(failed_copy.value).startswith(f"could not write {copied}: ")
+    # a copy that names both files (shutil.move of a logger's media into the run): the target
+    moved = OSError(errno.ENOSPC, "No space left on device", "/tmp/media.json", None, str(copied))
+    assert describe(moved).startswith(f"could not write {copied}: ")
     with pytest.raises(OSError) as nameless:  # and with no file object at all: said so
         raise OSError(errno.ENOSPC, "No space left on device")
     assert describe(nameless.value).startswith("could not write a file of the run")

@@ -77,7 +77,8 @@ def _path_in_traceback(err: BaseException) -> str | None:
 
 
 def _write_error(err: OSError) -> str:
-    path = err.filename or _path_in_traceback(err)
+    # a copy or move names its source and its target (filename2): the target is the write
+    path = err.filename2 or err.filename or _path_in_traceback(err)
     what = WRITE_ERRORS[err.errno]
     line = f"could not write {path or 'a file of the run'}: {what} ({errno.errorcode[err.errno]})"
     needed = getattr(err, "needed_bytes", None)
