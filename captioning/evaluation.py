@@ -10,7 +10,6 @@ import torch
 from .data.datasets import record_images
 from .data.prepare import load_dataset_records, load_features
 from .errors import UserError
-from .metrics import attribute_accuracy
 from .metrics.scoring import score_captions
 from .predict import Caption, Predictor
 
@@ -43,9 +42,8 @@ def evaluate_checkpoint(
     metrics, tokenization = score_captions(
         {p["image_id"]: p["caption"] for p in predictions},
         {r.image_id: r.texts for r in records}, {r.image_id: r.captions for r in records},
-        prefix, tokenizer, meteor,
+        prefix, tokenizer, meteor, {r.image_id: r.objects for r in records},
     )
-    metrics.update(attribute_accuracy(hyps, [r.objects for r in records], prefix))
     metrics.update(
         {
             "images_per_s": len(records) / seconds,

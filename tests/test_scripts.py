@@ -82,17 +82,19 @@ def test_score_script_reads_karpathy_and_coco_references(tmp_path):
 def test_evaluate_reproduces_the_run_and_writes_files(run_dir, tmp_path):
     ckpt = run_dir / "checkpoints" / "best.ckpt"
     proc = run("evaluate.py", f"checkpoint={ckpt}", f"output_dir={tmp_path / 'greedy'}", "meteor=false")
-    assert "images/s" in proc.stdout and "nltk corpus_bleu" in proc.stdout
+    assert "images/s" in proc.stdout and "as training scores" in proc.stdout
     metrics = json.loads((tmp_path / "greedy" / "metrics.json").read_text())
     results = json.loads((run_dir / "results.json").read_text())
-    for key in ("test/bleu1", "test/bleu4", "test/attr_acc"):  # same decoding, same numbers
+    # same decoding, same numbers: one scoring path, CIDEr-D too (coco-caption's beside it)
+    for key in ("test/bleu1", "test/bleu4", "test/cider", "test/attr_acc"):
         assert metrics[key] == pytest.approx(results[key], abs=1e-6)
+    assert "test/coco_cider" in metrics and "test/coco_cider" not in results
     preds = json.loads((tmp_path / "greedy" / "predictions.json").read_text())
     assert preds == json.loads((run_dir / "predictions.json").read_text())
     # Other decoding settings: the function behind the script (no second interpreter start).
     beam, _, _ = evaluate_checkpoint(ckpt, decode={"beam_size": 3, "alpha": 0.7}, meteor=False)
     assert beam["decode/beam_size"] == 3 and beam["decode/alpha"] == 0.7 and beam["images_per_s"] > 0
-    assert {"test/coco_bleu4", "test/cider", "test/rouge_l"} <= set(beam)
+    assert {"test/coco_bleu4", "test/cider", "test/coco_cider", "test/rouge_l"} <= set(beam)
 
 
 def test_evaluate_writes_n_best_lists_and_samples_with_a_seed(run_dir, tmp_path):

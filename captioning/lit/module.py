@@ -17,9 +17,8 @@ import torch
 
 from ..checkpoint import FORMAT_VERSION
 from ..data.vocab import Vocabulary
-from ..metrics import attribute_accuracy, corpus_bleu_scores
-from ..metrics.cider import CiderD
 from ..metrics.grounding import attention_grounding
+from ..metrics.scoring import caption_metrics
 from ..models.attention import (
     ATTENTION_STATS,
     attention_step_stats,
@@ -239,10 +238,8 @@ class CaptioningModule(pl.LightningModule):
         outputs, batch_stats = self._gather()
         hyps = [o["hyp"] for o in outputs]
         refs = [o["refs"] for o in outputs]
-        metrics = corpus_bleu_scores(hyps, refs, prefix=f"{stage}/")
-        # CIDEr-D as coco-caption computes it (document frequencies from these references)
-        metrics[f"{stage}/cider"] = CiderD().corpus(hyps, refs)[0]
-        metrics.update(attribute_accuracy(hyps, [o["objects"] for o in outputs], f"{stage}/"))
+        # the one scoring path (evaluate.py scores a checkpoint's captions with it too)
+        metrics = caption_metrics(hyps, refs, [o["objects"] for o in outputs], f"{stage}/")
         grounded = [o for o in outputs if "weights" in o]
         data = self.cfg["data"]
         size = data["synthetic"]["image_size"] if "synthetic" in data else None  # built-in data only
