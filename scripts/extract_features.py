@@ -12,17 +12,12 @@ named), then into `extract.format` (npy_dir | npz_dir | npz) under `extract.out`
 the rows training on the encoder reads; `extract.json` beside them says what made them.
 """
 
-import logging
-
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from captioning.data.export import export_features
 from captioning.errors import report_user_errors
 from captioning.schema import register
-
-log = logging.getLogger("extract_features")
-
 
 register()  # the config schemas the yamls name (captioning/schema/)
 
