@@ -54,6 +54,8 @@ def test_chosen_splits_only_and_a_wrong_split_named(store, tmp_path):
     done = export_features(cfg["data"], cfg["encoder"], {"out": str(tmp_path / "t"), "format": "npy_dir",
                                                          "splits": ["test"]})
     assert done["images"] == cfg["data"]["synthetic"]["num_test"]
+    with pytest.raises(UserError, match="extract.out is not set"):  # before any extraction
+        export_features(cfg["data"], cfg["encoder"], {"out": "???", "format": "npy_dir", "splits": []})
     with pytest.raises(UserError, match=r"extract.splits: \['tset'\] not in the dataset"):
         export_features(cfg["data"], cfg["encoder"], {"out": str(tmp_path / "u"), "format": "npy_dir",
                                                       "splits": ["tset"]})

@@ -93,7 +93,7 @@ def test_readme_inline_override_composes(overrides):
     (`compare.*` needs an experiment preset; `checkpoint=`/`split=` are evaluate's)."""
     errors = []
     for config, extra in (("train", []), ("train", ["experiment=cross_modal"]), ("evaluate", []),
-                          ("caption", [])):
+                          ("caption", []), ("extract_features", ["extract.out=x"])):
         try:
             _compose(config, [*extra, *overrides])
             return

@@ -28,6 +28,7 @@ MISTAKES = {
     "compare.py": (["experiment=cross_modal_quick", "compare.train=false",
                     f"compare.throughput_from={NOPE}.json"], "compare.throughput_from"),
     "evaluate.py": ([f"checkpoint={NOPE}.ckpt"], "checkpoint not found"),
+    "extract_features.py": ([], "extract.out is not set"),
     "export_encoder.py": ([f"{NOPE}.ckpt", "out.pth"], "checkpoint not found"),
     "gallery.py": ([f"runs=[{NOPE}]"], "no predictions.json"),
     "prepare_data.py": (["data=flickr8k", f"data.json_path={NOPE}.json"], "dataset JSON not found"),

@@ -25,6 +25,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..errors import UserError
+from ..schema.fields import unset
 from .prepare import locate_and_read
 from .store import write_text_atomic
 
@@ -63,6 +64,9 @@ def export_features(data_cfg: dict, enc_cfg: dict, extract: dict) -> dict:
     """Extract what the store lacks, then write the chosen splits' usable images in
     `extract.format` under `extract.out`; returns what was written (also in extract.json).
     Per-image files already there are kept (a stopped export continues)."""
+    if unset(extract.get("out")):
+        raise UserError("extract.out is not set: where to write the features, e.g. "
+                        "extract.out=features/<encoder> (a folder; a .npz file for extract.format=npz)")
     if enc_cfg["name"] == "precomputed":
         raise UserError("extract_features: encoder=precomputed has nothing to extract; name the "
                         "encoder to extract with (encoder=resnet50, vit_b_16, ...)")
