@@ -101,7 +101,7 @@ def export_features(data_cfg: dict, enc_cfg: dict, extract: dict) -> dict:
         "dim": shape[-1] if shape else 0, "dtype": "float16",
         "encoder": {k: enc_cfg.get(k) for k in ("name", "pretrained", "weights_path", "init_seed",
                                                   "image_size", "precision")},
-        "weights": located.encoder.weights_id if located.encoder is not None else None,
+        "weights": located.encoder.weights_id,
         "splits": sorted(splits) or "all",
         "skipped": [{"image": p, "why": why} for p, why in skipped],
         "train_with": f"encoder=precomputed encoder.path={out} encoder.grid=true",

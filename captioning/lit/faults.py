@@ -49,7 +49,7 @@ def _mib(n: float) -> str:
 
 
 # Frames that write a file they were handed: (function name, the local that names the target).
-_COPY_TARGETS = {"copyfile": "dst", "copy": "dst", "copy2": "dst", "move": "dst", "replace": "dst"}
+_COPY_TARGETS = {"copyfile": "dst", "copy": "dst", "copy2": "dst", "move": "dst"}
 
 
 def _path_in_traceback(err: BaseException) -> str | None:

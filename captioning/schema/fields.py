@@ -35,7 +35,7 @@ def setting(default: Any = MISSING, rule: Rule | None = None, note: str = "", mu
     return field(default=default, metadata=meta)
 
 
-def from_signature(name: str, builder: Callable, skip: tuple[str, ...] = (), doc: str = "") -> type:
+def from_signature(name: str, builder: Callable, skip: tuple[str, ...] = ()) -> type:
     """The schema of a registered component, derived from its constructor so that each setting's
     default, type and range are written once, there: a `name` field (the option's name), then
     every keyword that has a default, typed by its annotation, its range from an
@@ -59,7 +59,7 @@ def from_signature(name: str, builder: Callable, skip: tuple[str, ...] = (), doc
         specs.append((param.name, hint, setting(default, rule)))
     title = "".join(part.title() for part in name.split("_"))
     schema = dataclasses.make_dataclass(title, specs)
-    schema.__doc__ = doc or (target.__doc__ or "").strip().split("\n\n")[0]
+    schema.__doc__ = (target.__doc__ or "").strip().split("\n\n")[0]
     schema.__module__ = __name__
     schema.__derived_from__ = target  # the one home of its defaults
     return schema
