@@ -32,14 +32,16 @@ DIM = 0.8  # opacity of the black shade at weight 0: low attention keeps 20 % of
 CONTOUR = "#00e5ff"  # one hue that no built-in object colour uses
 
 
-def _pyplot():
-    """matplotlib only when a figure is drawn (the config check imports SCALES from here)."""
-    import matplotlib
+def _new_figure(figsize: tuple[float, float]):
+    """A figure on its own Agg canvas, outside pyplot: drawing one never switches the backend of
+    the caller's process (a notebook keeps showing its own figures) and leaves nothing open.
+    matplotlib is imported only when a figure is drawn (the config check imports SCALES from here)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")  # files only; no display needed
-    import matplotlib.pyplot as plt
-
-    return plt
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    return fig
 
 
 def _grids(weights: torch.Tensor) -> np.ndarray:
@@ -53,7 +55,7 @@ def _figure(image: np.ndarray, words: list[str], weights: torch.Tensor, cols: in
     """image (H, W, 3) uint8, words (L,), weights (L, N) with N a square grid -> Figure."""
     if scale not in SCALES:
         raise ValueError(f"unknown attention figure scale '{scale}'; known: {list(SCALES)}")
-    plt = _pyplot()
+    from matplotlib.cm import ScalarMappable
     from matplotlib.colors import LinearSegmentedColormap, Normalize
 
     # Black with falling opacity: weight 0 -> dimmed, the scale's maximum -> the image as it is;
@@ -68,7 +70,8 @@ def _figure(image: np.ndarray, words: list[str], weights: torch.Tensor, cols: in
     panels = len(words) + 1
     cols = min(cols, panels)
     rows = math.ceil(panels / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(2.4 * cols + 0.9, 2.5 * rows + 0.5), squeeze=False)
+    fig = _new_figure((2.4 * cols + 0.9, 2.5 * rows + 0.5))
+    axes = fig.subplots(rows, cols, squeeze=False)
     h, w = image.shape[:2]
     for k, ax in enumerate(axes.flat):
         ax.axis("off")
@@ -107,10 +110,10 @@ def _figure(image: np.ndarray, words: list[str], weights: torch.Tensor, cols: in
     how = "" if scale == "shared" else "  [each panel scaled to its own min .. max]"
     fig.suptitle("\n".join(textwrap.wrap(caption + how, 20 * cols)), fontsize=12)
     if scale == "shared":
-        mappable = plt.cm.ScalarMappable(Normalize(0.0, top), brightness)
+        mappable = ScalarMappable(Normalize(0.0, top), brightness)
         label = "attention weight (one scale, all panels)"
     else:
-        mappable = plt.cm.ScalarMappable(Normalize(0.0, 1.0), brightness)
+        mappable = ScalarMappable(Normalize(0.0, 1.0), brightness)
         label = "each panel: its own min .. max\n(panels not comparable)"
     fig.tight_layout(rect=(0, 0, 1 - 0.9 / fig.get_figwidth(), 1))
     bar = fig.colorbar(mappable, ax=list(axes.flat), fraction=0.9 / fig.get_figwidth() / 2, pad=0.02)
@@ -131,7 +134,6 @@ def attention_figure(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)
-    _pyplot().close(fig)
     return path
 
 
@@ -142,6 +144,4 @@ def attention_canvas(
     fig = _figure(image, words, weights, cols, scale)
     fig.set_dpi(60)
     fig.canvas.draw()
-    rgb = np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
-    _pyplot().close(fig)
-    return rgb
+    return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()

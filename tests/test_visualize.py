@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from captioning.visualize import _figure, _pyplot, attention_canvas, attention_figure
+from captioning.visualize import _figure, attention_canvas, attention_figure
 
 SIDE, N = 4, 16
 
@@ -67,7 +67,6 @@ def test_one_colour_scale_for_every_panel_with_its_bar():
     assert len({ax.images[1].get_clim() for ax in word_axes(fig)}) == 3
     assert "own min .. max" in fig._suptitle.get_text()
     assert "not comparable" in [ax for ax in fig.axes if ax.get_label() == "<colorbar>"][0].get_ylabel()
-    _pyplot().close("all")
 
 
 def test_a_flat_map_looks_flat_next_to_a_peaked_one():
@@ -79,7 +78,6 @@ def test_a_flat_map_looks_flat_next_to_a_peaked_one():
         fig, canvas = render(grey, ["flat", "peaked"], weights, scale)
         a, b = word_axes(fig)
         spread[scale] = [pixels(fig, canvas, ax, 0, 128, 0, 128).std() for ax in (a, b)]
-        _pyplot().close(fig)
     flat_std, peak_std = spread["shared"]
     assert flat_std < 0.1 * peak_std, spread
     # Why shared is the default: stretched to its own min .. max, the tilted plane looks as
@@ -97,7 +95,6 @@ def test_a_red_object_stays_red_in_the_overlay():
     r_att = pixels(fig, canvas, attended, 10, 22, 10, 22).mean(0)[0]
     r_ign = pixels(fig, canvas, ignored, 10, 22, 10, 22).mean(0)[0]
     assert r_att > 200 and r_ign < 0.5 * r_att  # full colour where attended, dimmed elsewhere
-    _pyplot().close(fig)
 
 
 def test_files_and_canvases(tmp_path):
@@ -110,3 +107,21 @@ def test_files_and_canvases(tmp_path):
         attention_canvas(scene(), words, weights, scale="jet")
     with pytest.raises(ValueError, match="square grid"):
         attention_canvas(scene(), words, torch.ones(3, 15) / 15)
+
+
+def test_drawing_leaves_the_callers_matplotlib_as_it_was(tmp_path):
+    """A notebook's inline backend survives `.figure()`: the figure is drawn outside pyplot, on its
+    own canvas, and no pyplot figure is left open."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    own = matplotlib.get_backend()
+    plt.switch_backend("svg")  # a backend other than Agg stands in for the notebook's inline one
+    try:
+        opened = plt.get_fignums()
+        words, weights = ["a", "red"], torch.stack([flat(), peaked(0)])
+        attention_canvas(scene(), words, weights)
+        attention_figure(scene(), words, weights, tmp_path / "fig.png")
+        assert matplotlib.get_backend() == "svg" and plt.get_fignums() == opened
+    finally:
+        plt.switch_backend(own)
