@@ -15,10 +15,10 @@ from captioning import ImageCaptioner
 from captioning.lit import train
 
 
-def _train(root: Path, precision: str) -> tuple[Path, Path]:
+def _train(root: Path, precision: str, attention: str = "additive") -> tuple[Path, Path]:
     from conftest import TINY, compose_cfg, shrink
 
-    cfg = shrink(compose_cfg(TINY + ["trainer.max_epochs=2", "decode.beam_size=1",
+    cfg = shrink(compose_cfg(TINY + ["trainer.max_epochs=2", "decode.beam_size=1", f"attention={attention}",
                                      f"trainer.precision={precision}"], root / "run", root / "data"))
     train(cfg)
     return Path(cfg.paths.output_dir), root / "data"
@@ -34,6 +34,12 @@ def bf16_run(tmp_path_factory):
     return _train(tmp_path_factory.mktemp("inference_bf16"), "bf16-mixed")
 
 
+@pytest.fixture(scope="module")
+def adaptive_run(tmp_path_factory):
+    """Adaptive attention: its weights over the image sum to 1 - the sentinel's share."""
+    return _train(tmp_path_factory.mktemp("inference_adaptive"), "32-true", "adaptive")
+
+
 def _test_images(data: Path) -> dict:
     """image_id -> its file, from the dataset's own listing."""
     (listing,) = data.glob("synthetic/*/dataset.json")
@@ -41,7 +47,7 @@ def _test_images(data: Path) -> dict:
             for im in json.loads(listing.read_text())["images"] if im["split"] == "test"}
 
 
-@pytest.mark.parametrize("which", ["run", "bf16_run"])
+@pytest.mark.parametrize("which", ["run", "bf16_run", "adaptive_run"])
 def test_the_test_splits_images_get_the_runs_own_captions(which, request):
     """On the machine and in the precision of the run (bf16-mixed: decoded under bf16 autocast,
     in its test stage's batches): the API and evaluate.py give its test stage's own captions."""
@@ -74,8 +80,9 @@ def test_every_kind_of_image_gives_the_same_caption_and_a_bad_file_is_named(run,
     assert cap(path).pop().caption == results[0].caption  # one image alone, as a batch of one
 
 
-def test_each_words_map_spreads_its_keys_weights_over_their_blocks(run):
-    out, data = run
+@pytest.mark.parametrize("which", ["run", "adaptive_run"])
+def test_each_words_map_spreads_its_keys_weights_over_their_blocks(which, request):
+    out, data = request.getfixturevalue(which)
     cap = ImageCaptioner.from_checkpoint(out / "checkpoints" / "best.ckpt", device="cpu")
     path = next(iter(_test_images(data).values()))
     wide = Image.open(path).convert("RGB").resize((70, 45))  # not square, not a multiple of the grid
@@ -89,5 +96,10 @@ def test_each_words_map_spreads_its_keys_weights_over_their_blocks(run):
             cols = slice(-(-j * 70 // side), -(-(j + 1) * 70 // side))
             block = maps[:, rows, cols]
             assert block.size and np.allclose(block, result.weights[:, i * side + j, None, None].numpy())
-    assert np.allclose(result.sentinel, 0, atol=1e-5)  # additive: every weight on the image
+    share = np.asarray(result.sentinel)  # (words,) what each word's map leaves off the image
+    assert np.allclose(share, 1 - result.weights.sum(-1).numpy(), atol=1e-6)
+    if which == "run":
+        assert np.allclose(share, 0, atol=1e-5)  # additive: every weight on the image
+    else:  # the trained sentinel takes a real share, different per word
+        assert (share > 1e-3).all() and (share < 1).all() and share.std() > 1e-4, share
     assert result.figure().ndim == 3
