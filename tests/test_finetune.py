@@ -16,7 +16,13 @@ from captioning.checkpoint import read_checkpoint
 from captioning.data.augment import MIRRORED, augment, draw_generator, mirror_tokens
 from captioning.data.sampler import EpochShuffle
 from captioning.lit import train
-from captioning.models.encoder import STAGES, ResNetEncoder, build_encoder, build_tunable_encoder
+from captioning.models.encoder import (
+    ResNetEncoder,
+    build_encoder,
+    build_tunable_encoder,
+    torchvision_state,
+    tuning_stages,
+)
 from captioning.schema import ResNet, completed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +65,69 @@ def test_only_the_last_stages_train(stages):
             assert not changed, f"BatchNorm buffer {name} moved"
         elif not name.startswith(trained):
             assert not changed, f"{name} is frozen but moved"
-    assert STAGES[-stages:] == ("layer3", "layer4")[2 - stages:]
+    assert tuning_stages("resnet18")[-stages:] == ("layer3", "layer4")[2 - stages:]
+
+
+# Where the last two stages start in each network's trunk, read off torchvision's modules:
+# ConvNeXt and Swin: stem, stage1, down+stage2 (2, 3), down+stage3 (4, 5), down+stage4 (6, 7);
+# ViT-B/16: the embedding, blocks 1..12, the final norm (index 13, trained with block 12).
+LAST_TWO = {"convnext_tiny": (4, "stage3"), "swin_t": (4, "stage3"), "vit_b_16": (11, "block11")}
+
+
+@pytest.mark.parametrize("name", sorted(LAST_TWO))
+def test_the_last_stages_of_convnext_swin_and_vit_train_and_the_rest_stays_fixed(name, tmp_path):
+    """finetune_stages=2 on each: only those units move; the frozen ones run in eval mode while the
+    encoder trains (their stochastic depth would otherwise drop blocks of fixed features); the
+    trained network exported as a torchvision file computes the same features, frozen."""
+    enc = build_tunable_encoder(completed({"name": name, "finetune_stages": 2, "image_size": 32}, ResNet))
+    split, first = LAST_TWO[name]
+    assert enc.split == split and tuning_stages(name)[-2] == first
+    before = {k: v.clone() for k, v in enc.named_parameters()}
+    enc.train()
+    units = list(enc.trunk)
+    assert not any(m.training for unit in units[:split] for m in unit.modules())
+    assert all(m.training for unit in units[split:] for m in unit.modules())
+    opt = torch.optim.AdamW([p for p in enc.parameters() if p.requires_grad], lr=1e-2)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(2):
+        enc(torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8, generator=g)).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+    tuned = tuple(f"trunk.{i}." for i in range(split, len(enc.trunk)))
+    moved = {k for k, v in enc.named_parameters() if not torch.equal(before[k], v)}
+    assert moved and all(k.startswith(tuned) for k in moved)
+    weights = [k for k in before if k.startswith(tuned) and k.endswith("weight")]
+    assert len(moved & set(weights)) > 0.9 * len(weights)  # the tuned units did train
+    torch.save(torchvision_state(enc, name), tmp_path / "tuned.pth")
+    file = {"pretrained": True, "verify_weights": False, "weights_path": str(tmp_path / "tuned.pth")}
+    frozen = build_encoder(completed({"name": name, "image_size": 32, **file}, ResNet)).eval()
+    images = torch.rand(2, 3, 32, 32, generator=g)
+    with torch.no_grad():
+        assert torch.allclose(frozen(images), ResNetEncoder.forward(enc.eval(), images), atol=1e-5)
+
+
+def test_a_fine_tuned_vit_checkpoint_captions_as_its_run_did(tmp_path, data_dir):
+    """encoder=vit_b_16 encoder.finetune=true end to end: the checkpoint carries the tuned blocks
+    only, and ImageCaptioner on the test images (the tuned encoder rebuilt around the frozen
+    blocks) gives the run's own test captions."""
+    from conftest import TINY, compose_cfg, shrink
+
+    from captioning import ImageCaptioner
+
+    cfg = shrink(compose_cfg(TINY + FINETUNE + ["encoder=vit_b_16", "encoder.image_size=32",
+                                                "encoder.finetune_stages=1"], tmp_path, data_dir))
+    train(cfg)
+    ckpt = read_checkpoint(tmp_path / "checkpoints" / "best.ckpt")
+    keys = [k for k in ckpt["state_dict"] if k.startswith("model.encoder.")]
+    assert keys and all(k.startswith(("model.encoder.trunk.12.", "model.encoder.trunk.13."))
+                        or k.endswith("_extra_state") for k in keys)
+    listing = json.loads(next(data_dir.glob("synthetic/*/dataset.json")).read_text())
+    root = next(data_dir.glob("synthetic/*/dataset.json")).parent
+    files = {str(im["imgid"]): root / im["filepath"] / im["filename"] for im in listing["images"]}
+    predictions = json.loads((tmp_path / "predictions.json").read_text())
+    cap = ImageCaptioner.from_checkpoint(tmp_path / "checkpoints" / "best.ckpt", device="cpu")
+    said = [r.caption for r in cap([files[str(p["image_id"])] for p in predictions])]
+    assert said == [p["caption"] for p in predictions]
 
 
 def test_checkpoint_holds_the_trained_stages_and_reproduces_captions(tuned, data_dir):

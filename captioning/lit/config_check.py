@@ -187,8 +187,9 @@ def bad_values(cfg: dict) -> list[str]:
                             f"features are {width}-d)")
     if enc["name"] in ENCODERS and (why := size_problem(enc["name"], enc["image_size"])):
         problems.append(f"encoder.image_size={enc['image_size']}: {why}")
-    if enc["name"] in ENCODERS and enc.get("finetune") and (why := finetune_problem(enc["name"])):
-        problems.append(f"encoder.finetune=true: {why}")
+    if enc["name"] in ENCODERS and enc.get("finetune") and (why := finetune_problem(enc["name"],
+                                                                                   enc["finetune_stages"])):
+        problems.append(why)
     return problems
 
 

@@ -1,7 +1,8 @@
 """torchvision image encoders: images (B, 3, H, W) -> grid features (B, N, C). ResNets and
 ConvNeXt-T: the last stage's grid (N = (H/32)*(W/32)); Swin-T: its last stage's windows, after its
 norm; ViT-B/16: the patch tokens of its last layer (N = (H/16)*(W/16); the class token, a global
-summary, is left out: attention reads the patches)."""
+summary, is left out: attention reads the patches). Fine-tuning (TunableEncoder) trains the last
+stages of any of them (_stage_starts)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ class EncoderSpec:
     dim: int  # channels of the last stage: the feature width
     family: str = "resnet"  # how its grid is read (_trunk)
     stride: int = 32  # input pixels per grid cell along a side
+    blocks: int = 0  # ViT: its transformer blocks, the units fine-tuning counts
 
 
 ENCODERS: Registry[EncoderSpec] = Registry("encoder")
@@ -39,39 +41,62 @@ for _name, _builder, _weights, _dim, _family, _stride in (
     ("convnext_tiny", torchvision.models.convnext_tiny, torchvision.models.ConvNeXt_Tiny_Weights, 768,
      "convnext", 32),
     ("swin_t", torchvision.models.swin_t, torchvision.models.Swin_T_Weights, 768, "swin", 32),
-    ("vit_b_16", torchvision.models.vit_b_16, torchvision.models.ViT_B_16_Weights, 768, "vit", 16),
 ):
     ENCODERS.add(_name, EncoderSpec(_builder, _weights, _dim, _family, _stride))
+ENCODERS.add("vit_b_16", EncoderSpec(torchvision.models.vit_b_16, torchvision.models.ViT_B_16_Weights, 768,
+                                     "vit", 16, blocks=12))
 
 
-class _ViTPatches(nn.Module):
-    """A torchvision VisionTransformer's last layer as a grid: its patch tokens (B, D, h, w)."""
+class _ViTTokens(nn.Module):
+    """A torchvision VisionTransformer's input: patches embedded, the class token first, the
+    position embeddings added (B, 3, H, W) -> (B, 1 + N, D). Its modules are the network's own."""
 
     def __init__(self, vit: nn.Module) -> None:
         super().__init__()
-        self.vit = vit
+        self.conv_proj, self.class_token = vit.conv_proj, vit.class_token
+        self.pos_embedding, self.dropout = vit.encoder.pos_embedding, vit.encoder.dropout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        tokens = self.vit._process_input(x)  # (B, N, D): the patches, embedded
-        cls = self.vit.class_token.expand(len(tokens), -1, -1)  # (B, 1, D)
-        out = self.vit.encoder(torch.cat([cls, tokens], 1))[:, 1:]  # (B, N, D), positions added inside
-        h, w = x.shape[-2] // self.vit.patch_size, x.shape[-1] // self.vit.patch_size
-        return out.transpose(1, 2).reshape(len(x), -1, h, w)  # (B, D, h, w)
+        tokens = self.conv_proj(x).flatten(2).transpose(1, 2)  # (B, N, D), patches row-major
+        cls = self.class_token.expand(len(tokens), -1, -1)  # (B, 1, D)
+        return self.dropout(torch.cat([cls, tokens], 1) + self.pos_embedding)  # (B, 1 + N, D)
 
 
-def _trunk(family: str, net: nn.Module) -> nn.Module:
-    """The network without its classifier: images (B, 3, H, W) -> its grid (B, C, h, w)."""
+class _ViTGrid(nn.Module):
+    """The last layer's norm, then the patch tokens as a square grid: (B, 1 + N, D) -> (B, D, h, w)
+    (the class token, a global summary, is left out: attention reads the patches)."""
+
+    def __init__(self, ln: nn.Module) -> None:
+        super().__init__()
+        self.ln = ln
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        patches = self.ln(x)[:, 1:]  # (B, N, D)
+        side = math.isqrt(patches.shape[1])  # images are square (encoder.image_size)
+        return patches.transpose(1, 2).reshape(len(x), -1, side, side)  # (B, D, h, w)
+
+
+def _trunk(family: str, net: nn.Module) -> nn.Sequential:
+    """The network without its classifier: images (B, 3, H, W) -> its grid (B, C, h, w), as a
+    Sequential whose children are the units fine-tuning splits at (_stage_starts)."""
     if family == "resnet":
         return nn.Sequential(*list(net.children())[:-2])  # drop avgpool and fc
     if family == "convnext":
         return net.features
     if family == "swin":
-        return nn.Sequential(net.features, net.norm, net.permute)  # (B, h, w, C) -> (B, C, h, w)
-    return _ViTPatches(net)
+        return nn.Sequential(*net.features, net.norm, net.permute)  # (B, h, w, C) -> (B, C, h, w)
+    return nn.Sequential(_ViTTokens(net), *net.encoder.layers, _ViTGrid(net.encoder.ln))
 
-# Fine-tuning unit: the stem (conv1, bn1) and the four residual stages, as trunk indices.
-STAGES = ("stem", "layer1", "layer2", "layer3", "layer4")
-_STAGE_START = {"stem": 0, "layer1": 4, "layer2": 5, "layer3": 6, "layer4": 7}
+
+def _stage_starts(spec: EncoderSpec) -> dict[str, int]:
+    """Fine-tuning's units, first to last: each stage's name and the index of the trunk (_trunk)
+    it starts at (what follows the last stage, Swin's norm or ViT's, trains with it)."""
+    if spec.family == "resnet":  # conv1, bn1, relu, maxpool, layer1..4
+        return {"stem": 0, "layer1": 4, "layer2": 5, "layer3": 6, "layer4": 7}
+    if spec.family in ("convnext", "swin"):  # stem, then each stage after its downsampling
+        return {"stem": 0, "stage1": 1, "stage2": 2, "stage3": 4, "stage4": 6}
+    return {"embed": 0, **{f"block{i}": i for i in range(1, spec.blocks + 1)}}  # ViT
+
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -97,11 +122,18 @@ def size_problem(name: str, image_size: int) -> str | None:
     return None
 
 
-def finetune_problem(name: str) -> str | None:
-    """Why encoder.finetune=true does not suit encoder `name`, or None."""
-    if ENCODERS[name].family != "resnet":
-        return (f"the stages tuned are a ResNet's; {name} is used frozen (extract its features "
-                "once: encoder.finetune=false)")
+def tuning_stages(name: str) -> tuple[str, ...]:
+    """The stages `encoder.finetune_stages` counts from the end, for encoder `name`: a ResNet's
+    stem and layer1..4, ConvNeXt's and Swin's stem and stage1..4, ViT's embedding and blocks."""
+    return tuple(_stage_starts(ENCODERS[name]))
+
+
+def finetune_problem(name: str, stages: int) -> str | None:
+    """Why encoder.finetune=true with `stages` does not suit encoder `name`, or None."""
+    names = tuning_stages(name)
+    if not 1 <= stages <= len(names):
+        return (f"encoder.finetune_stages={stages}: {name} has {len(names)} stages ({names[0]} .. "
+                f"{names[-1]}); 1 = {names[-1]}, {len(names)} = all")
     return None
 
 
@@ -205,7 +237,7 @@ class ResNetEncoder(nn.Module):
 
                 state = interpolate_embeddings(image_size, net.patch_size, state)
             net.load_state_dict(state)
-        self.family = spec.family
+        self.family, self.image_size = spec.family, image_size
         self.trunk = _trunk(spec.family, net)  # attention needs the spatial grid
         self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1), persistent=False)
@@ -219,8 +251,13 @@ class ResNetEncoder(nn.Module):
     def train(self, mode: bool = True) -> ResNetEncoder:
         """BatchNorm always uses its stored statistics, also while stages fine-tune: batches of
         a few dozen images give noisy statistics, and new ones would shift every feature the
-        normaliser was fitted on (and, for ImageNet weights, replace the best estimate there is)."""
+        normaliser was fitted on (and, for ImageNet weights, replace the best estimate there is).
+        The frozen units stay in eval mode whole: ConvNeXt's and Swin's stochastic depth would
+        otherwise drop their blocks at random under features that are meant to be fixed."""
         super().train(mode)
+        for i, unit in enumerate(self.trunk):
+            if i < getattr(self, "split", 0):
+                unit.eval()
         for m in self.modules():
             if isinstance(m, nn.modules.batchnorm._BatchNorm):
                 m.eval()
@@ -231,15 +268,14 @@ def torchvision_state(encoder: ResNetEncoder, name: str) -> dict[str, torch.Tens
     """The encoder's weights as torchvision's `name` state dict (the trunk under torchvision's
     names, the unused classifier from a fresh network), loadable with encoder.pretrained=true
     encoder.weights_path=<file> encoder.verify_weights=false: a trained encoder then runs, frozen
-    and cached, exactly like any other weights file."""
-    net = ENCODERS[name].builder(weights=None)
-    names = [n for n, _ in net.named_children()][:-2]  # conv1, bn1, relu, maxpool, layer1..4
-    state = {k: v for k, v in net.state_dict().items() if k.startswith("fc.")}
-    for key, value in encoder.trunk.state_dict().items():
-        index, _, rest = key.partition(".")
-        state[f"{names[int(index)]}.{rest}"] = value.detach().clone()
-    net.load_state_dict(state)  # strict: every key of the torchvision network is there
-    return state
+    and cached, exactly like any other weights file. (ViT: its position embeddings are for the
+    size it ran at, interpolated on loading at another.)"""
+    spec = ENCODERS[name]
+    net = spec.builder(weights=None, **({"image_size": encoder.image_size} if spec.family == "vit" else {}))
+    # The trunk is built from the network's own modules: loading into it fills the network.
+    trained = {k: v.detach().clone() for k, v in encoder.trunk.state_dict().items()}
+    _trunk(spec.family, net).load_state_dict(trained)
+    return net.state_dict()
 
 
 class TunableEncoder(ResNetEncoder):
@@ -250,16 +286,14 @@ class TunableEncoder(ResNetEncoder):
     (rebuilt) network after checking that id."""
 
     def __init__(self, stages: int, precision: str, **kwargs) -> None:
-        if problem := finetune_problem(kwargs.get("name", "resnet50")):  # before building it
-            raise ValueError(f"encoder.finetune=true: {problem}")
+        if problem := finetune_problem(kwargs["name"], stages):  # before building it
+            raise ValueError(problem)
         super().__init__(**kwargs)
         autocast_dtype(torch.device("cpu"), precision)  # an unknown name fails here, not mid-epoch
         self.precision = precision
-        if not 1 <= stages <= len(STAGES):
-            raise ValueError(f"encoder.finetune_stages must be 1..{len(STAGES)} ({', '.join(STAGES)}), "
-                             f"got {stages}")
         self.stages = stages
-        self.split = _STAGE_START[STAGES[-stages]]  # trunk[:split] frozen, trunk[split:] trained
+        starts = list(_stage_starts(ENCODERS[kwargs["name"]]).values())
+        self.split = starts[-stages]  # trunk[:split] frozen, trunk[split:] trained
         for i, module in enumerate(self.trunk):
             module.requires_grad_(i >= self.split)
         self.register_state_dict_post_hook(_drop_frozen)

@@ -40,8 +40,9 @@ class ResNet(Normalised):
     # Fine-tuning (docs/training.md, "Fine-tuning the encoder"): the last stages train end to end;
     # images are read and augmented per batch; checkpoints carry the tuned stages.
     finetune: bool = False
-    finetune_stages: int = setting(1, between(1, 5),
-                                   note="1 = layer4 ... 4 = layer1-4, 5 = the stem too")
+    # counted from the end: 1 = a ResNet's layer4, ConvNeXt's/Swin's stage4, ViT's last block;
+    # the most: all of them and the stem (ResNet, ConvNeXt, Swin: 5; ViT-B/16: 13)
+    finetune_stages: int = setting(1, at_least(1))
     finetune_lr: float = setting(1.0e-5, above(0))  # the tuned stages' own peak rate (docs/training.md)
     finetune_after_epochs: int = setting(0, at_least(0))  # frozen this many epochs first
     augment: bool = True            # horizontal flips, "left"/"right" swapped in the flipped image's captions
