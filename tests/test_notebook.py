@@ -33,7 +33,7 @@ def _parameters(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory, data_dir):
     root = tmp_path_factory.mktemp("notebook")
-    data = data_dir  # the session's tiny dataset: made once for the whole suite
+    data = data_dir  # the suite's tiny dataset, made once
     checkpoints = [_checkpoint(root, data, a) for a in ("additive", "dot")]
     images = sorted(str(p) for p in data.glob("synthetic/*/images/*.png"))[:3]
     nb = nbformat.read(NOTEBOOK, as_version=4)
