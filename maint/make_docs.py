@@ -5,6 +5,8 @@
 - docs/benchmarks.md's tables from the measurements docs/figures.json lists (the benchmark's
   JSON per CPU kind, and each pair of runs against the peer), between
   `<!-- figures:NAME -->` and `<!-- /figures:NAME -->`;
+- README.md's and docs/comparison.md's tables of differences from the same report
+  (`<!-- figures:convergence-width -->`, `convergence-conditions`: REPORT_TABLES);
 - docs/model.md's table of attention modes from the registry (each mode's file: its score, its
   use; the parameter counts built from it), between `<!-- figures:attention-modes -->` markers.
 
@@ -184,10 +186,36 @@ def modes_table() -> str:
 
 MODEL = "docs/model.md"
 
+# The convergence report's tables the docs quote, by the rows they take (decoder, dims or
+# "first − second" conditions); the numbers come from the newest committed report.
+REPORT_TABLES = {
+    "convergence-width": [("lstm", "matched"), ("lstm", "mismatched_whitened"),
+                          ("lstm", "mismatched_whitened − matched"), ("transformer", "mismatched_whitened")],
+    "convergence-conditions": [("lstm", "native512"), ("lstm", "native512 − matched"),
+                               ("lstm", "mismatched_whitened − native512"), ("lstm", "grid7"),
+                               ("lstm", "grid7 − mismatched_whitened"), ("lstm", "query_projected")],
+}
+QUOTING = ("README.md", "docs/comparison.md")
+
+
+def report_tables(text: str, report: dict) -> str:
+    from captioning.compare.convergence import difference_table
+
+    def table(m: re.Match) -> str:
+        if m.group(2) not in REPORT_TABLES:
+            return m.group(0)
+        return f"{m.group(1)}\n{difference_table(report, REPORT_TABLES[m.group(2)])}\n{m.group(4)}"
+
+    return MARK.sub(table, text)
+
 
 def generated() -> dict[str, str]:
     """{file: its text as generated} for every file with generated parts."""
     out = verdict.generated(ROOT)
+    if (path := verdict.newest_report(ROOT)) is not None:
+        report = json.loads(path.read_text())
+        for name in QUOTING:
+            out[name] = report_tables(out.get(name, (ROOT / name).read_text()), report)
     out[BENCHMARKS] = render_figures((ROOT / BENCHMARKS).read_text(), json.loads(FIGURES.read_text()))
     out[MODEL] = MARK.sub(lambda m: f"{m.group(1)}\n{modes_table()}\n{m.group(4)}"
                           if m.group(2) == "attention-modes" else m.group(0), (ROOT / MODEL).read_text())

@@ -40,3 +40,30 @@ def test_a_results_command_is_its_recorded_settings():
     config = {"sections": "train", "modes": "additive", "refiners": "", "no_naive": True, "batch": 64}
     assert make_docs.command(config) == ("python scripts/benchmark.py --sections train --modes additive "
                                          "--refiners '' --no-naive")
+
+
+def test_the_docs_quote_the_reports_rows_and_a_changed_number_changes_them():
+    """README.md and docs/comparison.md show the convergence report's differences through
+    `difference_table`: the rows each table asks for, group by group, from report.json; a
+    difference moved in the report moves in the docs, and a group the report lacks is refused."""
+    import pytest
+
+    from captioning.compare import verdict
+    from captioning.compare.convergence import difference_table
+
+    report = json.loads(verdict.newest_report(ROOT).read_text())
+    for name in make_docs.QUOTING:
+        text = (ROOT / name).read_text()
+        assert "<!-- figures:convergence-width -->" in text
+        assert make_docs.report_tables(text, report) == text
+    table = difference_table(report, make_docs.REPORT_TABLES["convergence-width"]).splitlines()
+    groups = [tuple(line.split(" | ")[:2]) for line in table[2:]]
+    asked = make_docs.REPORT_TABLES["convergence-width"]
+    assert list(dict.fromkeys(groups)) == [("| " + d, c) for d, c in asked]
+    moved = copy.deepcopy(report)
+    gap = next(g for g in moved["gaps"] if (g["decoder"], g["dims"]) == ("lstm", "matched"))
+    gap["stages"][verdict.BEST]["ci"]["mean"] += 0.5
+    readme = (ROOT / "README.md").read_text()
+    assert make_docs.report_tables(readme, moved) != readme
+    with pytest.raises(ValueError, match="no differences"):
+        difference_table(report, [("lstm", "no_such_dims")])

@@ -338,11 +338,29 @@ def _cider_diff(d: dict | None) -> str:
 
 def _stage_table(title: str, about: str, heads: list[str], rows: list[tuple[list[str], dict]],
                  stages: list[str], cell: Callable[[dict | None], str] | None = None) -> list[str]:
-    """A table of paired differences: the row's own columns, then one per stage (snapshot
-    epochs, then convergence)."""
+    """A table of paired differences under its heading: the row's own columns, then one per
+    stage (snapshot epochs, then convergence)."""
+    return ["", f"### {title}", "", about, "", *_differences(heads, rows, stages, cell)]
+
+
+def _differences(heads: list[str], rows: list[tuple[list[str], dict]], stages: list[str],
+                 cell: Callable[[dict | None], str] | None = None) -> list[str]:
     names = [f"after {s} epochs" if s != BEST else "at convergence" for s in stages]
-    lines = ["", f"### {title}", "", about, "", "| " + " | ".join(heads + names) + " |",
+    lines = ["| " + " | ".join(heads + names) + " |",
              "|" + "---|" * (len(heads) - 1) + "---:|" * (1 + len(names))]
     for cells, by_stage in rows:
         lines.append("| " + " | ".join(cells + [(cell or _diff)(by_stage[s]) for s in stages]) + " |")
     return lines
+
+
+def difference_table(report: dict, groups: list[tuple[str, str]]) -> str:
+    """The report's BLEU-4 differences whose (decoder, dims) or (decoder, "first − second"
+    conditions) is in `groups`, group by group in that order, as the report's own table prints
+    them: how the docs quote a report without typing a number."""
+    entries = [(_gap_cells(g), g) for g in report["gaps"]]
+    entries += [(_interaction_cells(i), i) for i in report["interactions"]]
+    rows = [(cells + [str(len(e["seeds"]))], e["stages"])
+            for group in groups for cells, e in entries if tuple(cells[:2]) == group]
+    if missing := [g for g in groups if not any(tuple(c[:2]) == g for c, _ in entries)]:
+        raise ValueError(f"the report has no differences for {missing}")
+    return "\n".join(_differences(["decoder", "dims", "difference", "seeds"], rows, report["stages"]))
