@@ -21,9 +21,9 @@ from packaging.requirements import Requirement
 from captioning.errors import ArgumentParser, UserError, report_user_errors
 
 ROOT = Path(__file__).resolve().parents[1]
-EXTRAS = ("dev", "cluster")
+EXTRAS = ("dev", "cluster", "clip")
 HEADER = ("# Pinned, tested versions (pip constraints for `make install`): the project's\n"
-          "# dependencies and extras [dev,cluster], recursively. Regenerate: make lock\n")
+          "# dependencies and extras [dev,cluster,clip], recursively. Regenerate: make lock\n")
 
 
 def _canonical(name: str) -> str:
@@ -34,6 +34,9 @@ def closure(project: str = "captioning", extras: tuple[str, ...] = EXTRAS) -> di
     """{distribution name: installed version} of everything `project[extras]` requires."""
     env = default_environment()
     seen: dict[str, str] = {}
+    # The extras each package was asked with, all requirers together: a package met first
+    # without an extra (fsspec) and later with one (fsspec[http]) is read again for the new one.
+    asked: dict[str, set[str]] = {}
     todo = [(project, set(extras))]
     while todo:
         name, wanted = todo.pop()
@@ -46,13 +49,14 @@ def closure(project: str = "captioning", extras: tuple[str, ...] = EXTRAS) -> di
             if req.marker and not any(req.marker.evaluate({**env, "extra": e}) for e in wanted | {""}):
                 continue
             key = _canonical(req.name)
-            if key in seen:
+            if key not in seen:
+                if not _installed(req.name):  # an optional dependency not installed: not needed here
+                    continue
+                seen[key] = metadata.distribution(req.name).metadata["Name"]
+            elif set(req.extras) <= asked[key]:
                 continue
-            seen[key] = metadata.distribution(req.name).metadata["Name"] if _installed(req.name) else ""
-            if not seen[key]:  # an optional dependency that is not installed: not needed here
-                del seen[key]
-                continue
-            todo.append((req.name, set(req.extras)))
+            asked[key] = asked.get(key, set()) | set(req.extras)
+            todo.append((req.name, asked[key]))
     return {seen[k]: metadata.version(seen[k]) for k in seen if k != _canonical(project)}
 
 

@@ -1,7 +1,7 @@
-"""Encoders beyond ResNet (torchvision's ConvNeXt-T, Swin-T, ViT-B/16; random init here, their
-weights enums and a local file as for ResNets): each gives a grid of 768-d features at the size it
-is configured for, the same grid for the same seed, and every attention mode with both decoders
-trains on it."""
+"""Encoders beyond ResNet (torchvision's ConvNeXt-T, Swin-T, ViT-B/16, and open-clip's CLIP ViT-B/32
+and B/16 towers; random init here, their weights enums or files as for ResNets): each gives a grid
+of 768-d features at the size it is configured for, the same grid for the same seed, and every
+attention mode with both decoders trains on it."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from conftest import TINY_DECODERS, compose_cfg, config_options
 from captioning.models.captioner import build_captioner
 from captioning.models.encoder import ENCODERS, build_encoder, grid_cells
 
-NEW = ["convnext_tiny", "swin_t", "vit_b_16"]
+NEW = ["convnext_tiny", "swin_t", "vit_b_16", "clip_vit_b_32", "clip_vit_b_16"]
 MODES = config_options("attention")
 _features: dict[str, torch.Tensor] = {}
 
@@ -75,3 +75,57 @@ def test_additive_and_dot_train_on_the_encoders_features(name, decoder):
 def test_every_attention_mode_trains_on_the_encoders_features(name, decoder):
     for mode in MODES:
         _train_step(name, decoder, mode)
+
+
+def _clip_file(tmp_path: Path, suffix: str) -> tuple[Path, torch.nn.Module]:
+    """An open-clip CLIP checkpoint as open-clip writes one (the whole model's state dict, text
+    tower included), of a ViT-B/32 drawn at another seed: (file, its image tower)."""
+    import open_clip
+
+    torch.manual_seed(7)
+    model = open_clip.create_model("ViT-B-32", pretrained=None)
+    path = tmp_path / f"open_clip_pytorch_model{suffix}"
+    if suffix == ".safetensors":
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    else:
+        torch.save(model.state_dict(), path)
+    return path, model.visual
+
+
+@pytest.mark.parametrize("suffix", [".bin", ".safetensors"])
+def test_a_clip_weights_file_is_read_safely_and_resized_to_the_runs_image_size(tmp_path, suffix):
+    from captioning.models.clip_tower import CLIP_MEAN, CLIP_STD
+
+    path, tower = _clip_file(tmp_path, suffix)
+    settings = {"name": "clip_vit_b_32", "pretrained": True, "weights_path": str(path), "init_seed": 0,
+                "verify_weights": True}
+    at_224 = build_encoder({**settings, "image_size": 224}).eval()
+    images = torch.rand(1, 3, 224, 224)
+    tower.output_tokens = True
+    with torch.no_grad():  # CLIP's own normalisation, then the file's tower
+        mean, std = torch.tensor(CLIP_MEAN).view(1, 3, 1, 1), torch.tensor(CLIP_STD).view(1, 3, 1, 1)
+        want = tower.eval()((images - mean) / std)[1]  # (1, 49, 768)
+        assert torch.allclose(at_224(images), want, atol=1e-5)
+    assert at_224.weights_id.startswith("sha256:")
+    at_64 = build_encoder({**settings, "image_size": 64}).eval()  # a 2x2 grid: embeddings resized
+    with torch.no_grad():
+        assert at_64(torch.rand(1, 3, 64, 64)).shape == (1, 4, 768)
+
+
+def test_clip_without_its_file_or_its_package_is_refused_before_any_work(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "train.py", "encoder=clip_vit_b_32", "encoder.pretrained=true",
+                           f"paths.data_dir={tmp_path}", "logger=none"], cwd=root, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode != 0 and "encoder.weights_path" in done.stderr and "Traceback" not in done.stderr
+    assert not any(tmp_path.iterdir())  # nothing was started
+    from captioning.models.encoder import dependency_problem
+
+    monkeypatch.setitem(sys.modules, "open_clip", None)  # as if the extra were not installed
+    assert 'pip install -e ".[clip]"' in dependency_problem("clip_vit_b_16")
+    assert dependency_problem("vit_b_16") is None

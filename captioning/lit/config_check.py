@@ -27,6 +27,7 @@ from ..models.captioner import build_captioner
 from ..models.encoder import (
     ENCODERS,
     PRECISIONS,
+    dependency_problem,
     encoder_dim,
     find_weights,
     finetune_problem,
@@ -185,6 +186,8 @@ def bad_values(cfg: dict) -> list[str]:
         if not (isinstance(pca, int) and 1 <= pca <= width):
             problems.append(f"encoder.pca_dim={pca!r}: must be null or 1..{width} ({enc['name']} "
                             f"features are {width}-d)")
+    if enc["name"] in ENCODERS and (why := dependency_problem(enc["name"])):
+        problems.append(why)
     if enc["name"] in ENCODERS and (why := size_problem(enc["name"], enc["image_size"])):
         problems.append(f"encoder.image_size={enc['image_size']}: {why}")
     if enc["name"] in ENCODERS and enc.get("finetune") and (why := finetune_problem(enc["name"],

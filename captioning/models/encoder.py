@@ -11,14 +11,19 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
 import torchvision
 from torch import nn
 
+from . import clip_tower
 from .precision_choice import calibrated_dtype
 from .registry import Registry
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,8 @@ class EncoderSpec:
     family: str = "resnet"  # how its grid is read (_trunk)
     stride: int = 32  # input pixels per grid cell along a side
     blocks: int = 0  # ViT: its transformer blocks, the units fine-tuning counts
+    mean: tuple[float, float, float] = IMAGENET_MEAN  # the input normalisation it was trained with
+    std: tuple[float, float, float] = IMAGENET_STD
 
 
 ENCODERS: Registry[EncoderSpec] = Registry("encoder")
@@ -45,6 +52,9 @@ for _name, _builder, _weights, _dim, _family, _stride in (
     ENCODERS.add(_name, EncoderSpec(_builder, _weights, _dim, _family, _stride))
 ENCODERS.add("vit_b_16", EncoderSpec(torchvision.models.vit_b_16, torchvision.models.ViT_B_16_Weights, 768,
                                      "vit", 16, blocks=12))
+for _name, _stride in (("clip_vit_b_32", 32), ("clip_vit_b_16", 16)):  # open-clip, an optional extra
+    ENCODERS.add(_name, EncoderSpec(partial(clip_tower.build_tower, _name), None, 768, "clip", _stride,
+                                    mean=clip_tower.CLIP_MEAN, std=clip_tower.CLIP_STD))
 
 
 class _ViTTokens(nn.Module):
@@ -85,6 +95,8 @@ def _trunk(family: str, net: nn.Module) -> nn.Sequential:
         return net.features
     if family == "swin":
         return nn.Sequential(*net.features, net.norm, net.permute)  # (B, h, w, C) -> (B, C, h, w)
+    if family == "clip":
+        return nn.Sequential(clip_tower.ClipTokens(net))
     return nn.Sequential(_ViTTokens(net), *net.encoder.layers, _ViTGrid(net.encoder.ln))
 
 
@@ -95,11 +107,10 @@ def _stage_starts(spec: EncoderSpec) -> dict[str, int]:
         return {"stem": 0, "layer1": 4, "layer2": 5, "layer3": 6, "layer4": 7}
     if spec.family in ("convnext", "swin"):  # stem, then each stage after its downsampling
         return {"stem": 0, "stage1": 1, "stage2": 2, "stage3": 4, "stage4": 6}
+    if spec.family == "clip":  # used frozen
+        return {}
     return {"embed": 0, **{f"block{i}": i for i in range(1, spec.blocks + 1)}}  # ViT
 
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 def encoder_dim(name: str) -> int:
@@ -128,9 +139,22 @@ def tuning_stages(name: str) -> tuple[str, ...]:
     return tuple(_stage_starts(ENCODERS[name]))
 
 
+def dependency_problem(name: str) -> str | None:
+    """Why encoder `name` cannot be built in this environment (an optional extra missing), or None."""
+    if ENCODERS[name].family == "clip":
+        try:
+            clip_tower.open_clip_module()
+        except ImportError as err:
+            return f"encoder={name}: {err}"
+    return None
+
+
 def finetune_problem(name: str, stages: int) -> str | None:
     """Why encoder.finetune=true with `stages` does not suit encoder `name`, or None."""
     names = tuning_stages(name)
+    if not names:
+        return (f"encoder.finetune=true: {name} is used frozen here (its features extracted once: "
+                "encoder.finetune=false)")
     if not 1 <= stages <= len(names):
         return (f"encoder.finetune_stages={stages}: {name} has {len(names)} stages ({names[0]} .. "
                 f"{names[-1]}); 1 = {names[-1]}, {len(names)} = all")
@@ -170,7 +194,10 @@ def known_weights(name: str) -> dict[str, str]:
 
 def find_weights(name: str, weights_path: str | None) -> Path:
     """The ImageNet weights file for `name`: `weights_path`, else torchvision's file names in the
-    local torch hub cache. Never downloads; FileNotFoundError says where to put the file."""
+    local torch hub cache (a CLIP tower: `weights_path` only). Never downloads;
+    FileNotFoundError says where to put the file."""
+    if ENCODERS[name].family == "clip":
+        return clip_weights(name, weights_path)
     default = os.path.basename(ENCODERS[name].weights.DEFAULT.url)
     hub = Path(torch.hub.get_dir()) / "checkpoints"
     candidates = [Path(weights_path).expanduser()] if weights_path else []
@@ -184,6 +211,19 @@ def find_weights(name: str, weights_path: str | None) -> Path:
         f"{ENCODERS[name].weights.DEFAULT.url}) into {hub}, or set "
         f"encoder.weights_path=/path/to/file.pth, or use encoder.pretrained=false."
     )
+
+
+def clip_weights(name: str, weights_path: str | None) -> Path:
+    """A CLIP tower's weights: open-clip's file at `weights_path` (there is no cache to look in
+    and nothing is downloaded). FileNotFoundError says what to fetch."""
+    if weights_path and Path(weights_path).expanduser().is_file():
+        return Path(weights_path).expanduser()
+    raise FileNotFoundError(
+        f"encoder.pretrained=true: {name} reads open-clip's weights file from encoder.weights_path "
+        f"({weights_path or 'unset'}: no such file). Downloads are disabled: fetch the "
+        f"{clip_tower.MODELS[name]} file you want (e.g. open_clip_pytorch_model.bin from its "
+        "Hugging Face repository) on a machine with internet, then set encoder.weights_path=<it>; "
+        "or use encoder.pretrained=false.")
 
 
 def _load_pretrained(name: str, weights_path: str | None, verify: bool = True) -> tuple[dict, str]:
@@ -223,14 +263,20 @@ class ResNetEncoder(nn.Module):
         if problem := size_problem(name, image_size):
             raise ValueError(f"encoder.image_size={image_size}: {problem}")
         # ViT's position embeddings are made for one input size: it is built at the run's size
-        kwargs = {"image_size": image_size} if spec.family == "vit" else {}
+        kwargs = {"image_size": image_size} if spec.family in ("vit", "clip") else {}
         # A random encoder is a fixed function of its seed (and torch's init code), so features
         # cached from it and images captioned later see the same network.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(init_seed)
             net = builder(weights=None, **kwargs)
         self.weights_id = f"random-seed{init_seed}-torch{torch.__version__}"
-        if pretrained:
+        if spec.family == "clip":  # its init code is open_clip's too
+            self.weights_id = f"random-seed{init_seed}-{clip_tower.random_init_id()}"
+        if pretrained and spec.family == "clip":
+            path = clip_weights(name, weights_path)
+            clip_tower.load_tower_weights(net, path)
+            self.weights_id = f"sha256:{file_sha256(path)[:16]}"
+        elif pretrained:
             state, self.weights_id = _load_pretrained(name, weights_path, verify_weights)
             if spec.family == "vit" and image_size != 224:  # the file's embeddings are for 224 px
                 from torchvision.models.vision_transformer import interpolate_embeddings
@@ -239,8 +285,8 @@ class ResNetEncoder(nn.Module):
             net.load_state_dict(state)
         self.family, self.image_size = spec.family, image_size
         self.trunk = _trunk(spec.family, net)  # attention needs the spatial grid
-        self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), persistent=False)
-        self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("mean", torch.tensor(spec.mean).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(spec.std).view(1, 3, 1, 1), persistent=False)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """images (B, 3, H, W) in [0, 1] -> features (B, N, C)."""
