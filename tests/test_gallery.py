@@ -225,3 +225,20 @@ def test_a_browser_sorts_and_opens_the_attention_view(runs, tmp_path):
     assert pixels.std() > 10  # not blank
     cyan = (abs(pixels - np.array([0, 229, 255])).sum(-1) < 60).sum()
     assert cyan > 20, "the attention maps' outline (and the colour bar's uniform mark) are on screen"
+
+
+def test_the_gallery_re_decodes_the_runs_own_captions_and_counts_a_planted_difference(runs, tmp_path):
+    """On the machine that trained them, every re-decoded caption is the run's own (the
+    attention drawn belongs to the caption scored); a caption changed in a copy of a run's
+    predictions.json is counted and said on the page."""
+    _, dirs = runs
+    summary = build_gallery(dirs, tmp_path / "same")
+    assert [r["redecoded_differs"] for r in summary["runs"]] == [0, 0]
+    planted = tmp_path / "planted"
+    shutil.copytree(dirs[1], planted)
+    preds = json.loads((planted / "predictions.json").read_text())
+    preds[0]["caption"] = "a caption no model wrote"
+    (planted / "predictions.json").write_text(json.dumps(preds))
+    summary = build_gallery([dirs[0], planted], tmp_path / "changed")
+    assert [r["redecoded_differs"] for r in summary["runs"]] == [0, 1]
+    assert "1 caption(s) re-decoded here differ" in (tmp_path / "changed" / "index.html").read_text()
