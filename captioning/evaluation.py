@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from .data.datasets import record_images
-from .data.prepare import load_dataset_records, load_features
+from .data.prepare import load_dataset_records, usable_data
 from .errors import UserError
 from .metrics.scoring import score_captions
 from .predict import Caption, Predictor
@@ -85,7 +85,7 @@ def decode_split(
     data_cfg = {**cfg["data"], **(data_overrides or {})}
     # Raw features as cached; the checkpoint's own normaliser is inside the model. A fine-tuned
     # encoder's features are not in any store: its images are read and encoded here.
-    data = load_features(data_cfg, cfg["encoder"])
+    data = usable_data(data_cfg, cfg["encoder"])
     indices = data.split_indices(split)
     if not indices:
         raise UserError(f"split '{split}' has no images in {data_cfg.get('json_path') or data_cfg['root']}")

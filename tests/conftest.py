@@ -113,7 +113,7 @@ def untrained_bleu1(run_dir: Path) -> float:
     import torch
 
     from captioning import load_checkpoint
-    from captioning.data.prepare import load_features
+    from captioning.data.prepare import usable_data
     from captioning.metrics.bleu import corpus_bleu_scores
     from captioning.models import build_captioner
 
@@ -121,7 +121,7 @@ def untrained_bleu1(run_dir: Path) -> float:
     torch.manual_seed(cfg["seed"])
     start = build_captioner(cfg, len(vocab)).eval()
     start.normalizer.load_state_dict(model.normalizer.state_dict())
-    data = load_features(cfg["data"], cfg["encoder"])
+    data = usable_data(cfg["data"], cfg["encoder"])
     test = data.split_indices("test")
     ids, _ = start.generate(data.raw_features(test), vocab.bos, vocab.eos, vocab.pad, **cfg["decode"])
     refs = [data.records[i].captions for i in test]

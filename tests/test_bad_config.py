@@ -23,7 +23,7 @@ def no_data_work(monkeypatch):
     from captioning.lit import datamodule
 
     calls = []
-    for name in ("load_records_and_features", "prepare_data"):
+    for name in ("dataset_features", "prepare_data"):
         monkeypatch.setattr(datamodule, name, lambda *a, _n=name, **k: calls.append(_n))
     yield calls
     assert calls == [], f"data work started: {calls}"

@@ -105,7 +105,7 @@ def test_pretrained_without_weights_says_how_to_fix(tmp_path, monkeypatch):
 
 
 def test_a_dataset_whose_images_are_all_missing_fails_before_extraction(tmp_path):
-    from captioning.data.prepare import load_records_and_features
+    from captioning.data.prepare import dataset_features
 
     (tmp_path / "imgs").mkdir()
     images = [{"filename": f"{i}.jpg", "filepath": "imgs", "split": "train", "imgid": i,
@@ -114,7 +114,7 @@ def test_a_dataset_whose_images_are_all_missing_fails_before_extraction(tmp_path
     cfg = completed({"name": "x", "json_path": str(tmp_path / "d.json"),
                      "cache_dir": str(tmp_path / "cache")}, Karpathy)
     with pytest.raises(FileNotFoundError, match="none of the 3 image files.*set data.image_root"):
-        load_records_and_features(cfg, completed({"name": "resnet18", "image_size": 32}, ResNet))
+        dataset_features(cfg, completed({"name": "resnet18", "image_size": 32}, ResNet))
     assert not list((tmp_path / "cache").glob("store_*"))  # nothing was extracted
 
 

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from captioning.data.export import export_features
 from captioning.data.precomputed import FORMATS
-from captioning.data.prepare import locate_and_read
+from captioning.data.prepare import dataset_features
 from captioning.errors import UserError
 
 # The encoder run: one short epoch, the same for both runs; what differs is where features come from.
@@ -27,7 +27,7 @@ def _plain(cfg) -> dict:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, data_dir):
     cfg = _plain(compose_cfg(RUN, tmp_path_factory.mktemp("store"), data_dir))
-    located, feats, reasons = locate_and_read(cfg["data"], cfg["encoder"])
+    located, feats, reasons = dataset_features(cfg["data"], cfg["encoder"])
     rows = {str(r.image_id): np.asarray(feats[i]) for i, r in enumerate(located.records) if not reasons[i]}
     return cfg, rows
 

@@ -143,9 +143,9 @@ def test_checkpoint_holds_the_trained_stages_and_reproduces_captions(tuned, data
     assert torch.equal(model.encoder.trunk[6][0].conv1.weight, fresh.trunk[6][0].conv1.weight)
     # Captions of the reloaded model == the test predictions of the model as trained.
     from captioning.data.datasets import record_images
-    from captioning.data.prepare import load_features
+    from captioning.data.prepare import usable_data
 
-    data = load_features(saved["data"], saved["encoder"])
+    data = usable_data(saved["data"], saved["encoder"])
     test = data.split_indices("test")[:6]
     files = record_images(data, saved["encoder"]["image_size"])
     images = torch.stack([files[i][0] for i in test])
@@ -159,9 +159,9 @@ def test_caption_script_uses_the_tuned_encoder(tuned):
     """scripts/caption.py on a fine-tuned checkpoint says what the model in memory says."""
     cfg, out = tuned
     model, vocab, saved = load_checkpoint(out / "checkpoints" / "best.ckpt")
-    from captioning.data.prepare import load_features
+    from captioning.data.prepare import usable_data
 
-    data = load_features(saved["data"], saved["encoder"])
+    data = usable_data(saved["data"], saved["encoder"])
     record = data.records[data.split_indices("test")[0]]
     proc = subprocess.run([sys.executable, "scripts/caption.py", f"checkpoint={out}/checkpoints/best.ckpt",
                            f"image={record.path}"], cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -237,9 +237,9 @@ def test_ddp_two_cpu_processes_equal_one_process_on_the_same_checkpoint(tmp_path
     assert one_preds == preds
     assert one["test/bleu4"] == pytest.approx(results["test/bleu4"], abs=1e-12)
     predictor = Predictor.load(best)
-    from captioning.data.prepare import load_features
+    from captioning.data.prepare import usable_data
 
-    features = load_features(predictor.cfg["data"], predictor.cfg["encoder"])
+    features = usable_data(predictor.cfg["data"], predictor.cfg["encoder"])
     for split, stage in (("test", results), ("val", None)):
         indices = features.split_indices(split)
         if stage is None:  # validation: greedy, logged to metrics.csv by the 2 ranks

@@ -18,7 +18,7 @@ import torch
 from PIL import Image
 
 from captioning.data.features import dtype_name, extraction_dtype
-from captioning.data.prepare import load_features
+from captioning.data.prepare import usable_data
 from captioning.provenance import fingerprint
 from captioning.schema import Karpathy, ResNet, completed
 
@@ -60,7 +60,7 @@ def test_moved_touched_and_recaptioned_data_reuses_the_store(tmp_path, monkeypat
 
     caplog.set_level(logging.INFO, logger="captioning")
     cache = tmp_path / "cache"
-    first = load_features(_data_cfg(_dataset(tmp_path / "here"), cache), ENC)
+    first = usable_data(_data_cfg(_dataset(tmp_path / "here"), cache), ENC)
     assert _extracted(caplog)
     store, digest = first.features.path, _digest(first.features.path)
 
@@ -88,13 +88,13 @@ def test_moved_touched_and_recaptioned_data_reuses_the_store(tmp_path, monkeypat
     data["images"][0]["sentences"] = [{"raw": "an entirely new caption"}]
     (moved / "dataset.json").write_text(json.dumps(data))
     caplog.clear()
-    again = load_features(_data_cfg(moved / "dataset.json", cache), ENC)
+    again = usable_data(_data_cfg(moved / "dataset.json", cache), ENC)
     assert not _extracted(caplog) and again.features.path == store
 
     # An image replaced by another of a different size: extracted anew, into another store.
     Image.fromarray(np.zeros((60, 60, 3), np.uint8)).save(moved / "images" / "3.png")
     caplog.clear()
-    replaced = load_features(_data_cfg(moved / "dataset.json", cache), ENC)
+    replaced = usable_data(_data_cfg(moved / "dataset.json", cache), ENC)
     assert _extracted(caplog) and replaced.features.path != store
     assert not np.array_equal(np.asarray(replaced.features[3]), np.asarray(first.features[3]))
 
@@ -102,7 +102,7 @@ def test_moved_touched_and_recaptioned_data_reuses_the_store(tmp_path, monkeypat
 def test_a_store_made_under_the_old_key_is_adopted_not_rebuilt(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="captioning")
     json_path, cache = _dataset(tmp_path / "data"), tmp_path / "cache"
-    built = load_features(_data_cfg(json_path, cache), ENC)
+    built = usable_data(_data_cfg(json_path, cache), ENC)
     digest = _digest(built.features.path)
     # What the previous key was: the dataset file's absolute path and mtime, the format, the
     # paths as given, the root, the batch size (data/prepare.py and data/features.py before).
@@ -118,7 +118,7 @@ def test_a_store_made_under_the_old_key_is_adopted_not_rebuilt(tmp_path, caplog)
     manifest["spec"] = old
     (legacy / "manifest.json").write_text(json.dumps(manifest))
     caplog.clear()
-    adopted = load_features(_data_cfg(json_path, cache), ENC)
+    adopted = usable_data(_data_cfg(json_path, cache), ENC)
     assert not _extracted(caplog)
     assert any("adopted store" in r.getMessage() for r in caplog.records)
     assert adopted.features.path == built.features.path and not legacy.exists()
@@ -132,16 +132,16 @@ def test_a_store_of_the_other_precision_is_reused_unless_a_precision_is_forced(t
     json_path, cache = _dataset(tmp_path / "data"), tmp_path / "cache"
     mine = dtype_name(extraction_dtype(torch.device("cpu")))  # what auto picks on this CPU
     other = "fp32" if mine == "bfloat16" else "bf16"
-    made = load_features(_data_cfg(json_path, cache), {**ENC, "precision": other})
+    made = usable_data(_data_cfg(json_path, cache), {**ENC, "precision": other})
     assert _extracted(caplog) and made.features.precision != mine
     caplog.clear()
-    reused = load_features(_data_cfg(json_path, cache), ENC)
+    reused = usable_data(_data_cfg(json_path, cache), ENC)
     assert not _extracted(caplog) and reused.features.path == made.features.path
     notes = [r.getMessage() for r in caplog.records if "features: reusing" in r.getMessage()]
     assert len(notes) == 1 and f"extracted in {made.features.precision}" in notes[0]
     caplog.clear()
     forced = "bf16" if mine == "bfloat16" else "fp32"
-    own = load_features(_data_cfg(json_path, cache), {**ENC, "precision": forced})
+    own = usable_data(_data_cfg(json_path, cache), {**ENC, "precision": forced})
     assert _extracted(caplog) and own.features.path != made.features.path
     assert own.features.precision == mine
 
@@ -158,7 +158,7 @@ def test_a_forced_precision_the_cpu_measured_slower_is_named_before_extraction(t
     entry = {"encoder": {**times, "choice": faster}, "decoder": {**times, "choice": faster}}
     monkeypatch.setattr(precision, "calibration", lambda: entry)
     caplog.set_level(logging.INFO, logger="captioning")
-    load_features(_data_cfg(_dataset(tmp_path / "data"), tmp_path / "cache"), {**ENC, "precision": "bf16"})
+    usable_data(_data_cfg(_dataset(tmp_path / "data"), tmp_path / "cache"), {**ENC, "precision": "bf16"})
     assert _extracted(caplog)
     warned = [r.getMessage() for r in caplog.records if "is forced" in r.getMessage()]
     if faster == "fp32":
@@ -180,7 +180,7 @@ def test_each_store_has_its_own_lock_so_other_stores_build_meanwhile(tmp_path):
     rule reads both) take one lock, and the second waits for the first."""
     import threading
 
-    from captioning.data.prepare import load_records_and_features, locate_dataset, preparing
+    from captioning.data.prepare import dataset_features, locate_dataset, preparing
 
     cache = tmp_path / "cache"
     cfg = _data_cfg(_dataset(tmp_path / "here"), cache)
@@ -198,7 +198,7 @@ def test_each_store_has_its_own_lock_so_other_stores_build_meanwhile(tmp_path):
     loaded: dict[str, object] = {}
 
     def load(key: str, enc: dict) -> None:
-        loaded[key] = load_records_and_features(cfg, enc)
+        loaded[key] = dataset_features(cfg, enc)
 
     with preparing(cache, this):  # another process is building this store
         other = threading.Thread(target=load, args=("other size", {**ENC, "image_size": 32}))

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from captioning import load_checkpoint
-from captioning.data.prepare import load_features, prepare_data
+from captioning.data.prepare import prepare_data, usable_data
 from captioning.lit import train
 from captioning.models import ATTENTIONS
 
@@ -65,7 +65,7 @@ def test_checkpoint_is_plain_data_and_round_trips(trained, data_dir):
     assert loaded_cfg["attention"]["name"] == "additive"
     # Decoding the test split with the loaded model, from the raw cached features (the model
     # normalises them itself), reproduces the run's predictions.
-    data = load_features(loaded_cfg["data"], loaded_cfg["encoder"])
+    data = usable_data(loaded_cfg["data"], loaded_cfg["encoder"])
     test = data.split_indices("test")
     assert loaded_cfg["decode"]["beam_size"] == 5  # the test stage's default: beam search
     ids, _ = model.generate(data.raw_features(test), vocab.bos, vocab.eos, vocab.pad, **loaded_cfg["decode"])

@@ -26,7 +26,7 @@ def data_spy(monkeypatch) -> list[str]:
     from captioning.lit import datamodule
 
     called: list[str] = []
-    monkeypatch.setattr(datamodule, "load_records_and_features", lambda *a, **k: called.append("load"))
+    monkeypatch.setattr(datamodule, "dataset_features", lambda *a, **k: called.append("load"))
     monkeypatch.setattr(datamodule, "prepare_data", lambda *a, **k: called.append("prepare"))
     return called
 

@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 
 from ..models.attention.position import grid_side
-from .prepare import locate_and_read
+from .prepare import dataset_features
 from .vocab import Vocabulary
 
 # Training RAM, measured by a one-off script (docs/benchmarks.md, AMX CPU, LSTM,
@@ -21,7 +21,7 @@ def data_report(data_cfg: dict, enc_cfg: dict) -> dict:
     """Fast checks, the store built (slow: every image is decoded once; under the same locks as
     training, so a run beside this one waits for the store instead of writing it too), caption
     statistics, the vocabulary, and the skipped files counted by reason."""
-    located, features, reasons = locate_and_read(data_cfg, enc_cfg)
+    located, features, reasons = dataset_features(data_cfg, enc_cfg)
     records, problems = located.records, located.file_problems
     splits = Counter(r.split for r in records)
     per_image = np.array([len(r.captions) for r in records])

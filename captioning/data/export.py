@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from ..errors import UserError
 from ..schema.fields import unset
-from .prepare import locate_and_read
+from .prepare import dataset_features
 from .store import write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def export_features(data_cfg: dict, enc_cfg: dict, extract: dict) -> dict:
     if enc_cfg["name"] == "precomputed":
         raise UserError("extract_features: encoder=precomputed has nothing to extract; name the "
                         "encoder to extract with (encoder=resnet50, vit_b_16, ...)")
-    located, feats, reasons = locate_and_read(data_cfg, enc_cfg)
+    located, feats, reasons = dataset_features(data_cfg, enc_cfg)
     splits = set(extract.get("splits") or [])
     rows = [i for i, r in enumerate(located.records) if not splits or r.split in splits]
     unknown = splits - {r.split for r in located.records}

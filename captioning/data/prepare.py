@@ -185,10 +185,10 @@ def preparing(cache_dir: str | Path, name: str = "prepare"):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def locate_and_read(data_cfg: dict, enc_cfg: dict,
+def dataset_features(data_cfg: dict, enc_cfg: dict,
                     training: bool = False) -> tuple[Located, LazyFeatures, list[str]]:
-    """locate_dataset, then read_features, each by one process at a time (`preparing`): with a
-    cold cache the first builds, the rest wait and load. Every builder of a store comes through
+    """The dataset located (its records, encoder and store: locate_dataset) and its raw features
+    read (read_features), each by one process at a time (`preparing`): with a cold cache the first builds, the rest wait and load. Every builder of a store comes through
     here (training, scripts/prepare_data.py), so two never write one store. The dataset and its
     store are locked apart: a run of another encoder or image size on the same dataset extracts
     its own store while this one extracts (a grid's cells in parallel)."""
@@ -199,16 +199,11 @@ def locate_and_read(data_cfg: dict, enc_cfg: dict,
         return (located, *read_features(located))
 
 
-def load_records_and_features(data_cfg: dict, enc_cfg: dict, training: bool = False):
-    """Records, raw features and per record "" or why it is unusable (locate_and_read)."""
-    located, feats, reasons = locate_and_read(data_cfg, enc_cfg, training)
-    return located.records, feats, reasons
-
-
-def load_features(data_cfg: dict, enc_cfg: dict, training: bool = False) -> PreparedData:
+def usable_data(data_cfg: dict, enc_cfg: dict, training: bool = False) -> PreparedData:
     """Records and raw features; unusable images are left out and reported by name. `training`:
     refuse splits that share images with train (locate_dataset)."""
-    records, feats, reasons = load_records_and_features(data_cfg, enc_cfg, training)
+    located, feats, reasons = dataset_features(data_cfg, enc_cfg, training)
+    records = located.records
     skipped = [(str(r.path), why) for r, why in zip(records, reasons) if why]
     empty = sum(r.empty_captions for r in records)
     if skipped:
@@ -224,9 +219,9 @@ def load_features(data_cfg: dict, enc_cfg: dict, training: bool = False) -> Prep
 
 
 def prepare_data(data_cfg: dict, enc_cfg: dict) -> PreparedData:
-    """load_features, then the vocabulary from the training captions and the normaliser
+    """usable_data, then the vocabulary from the training captions and the normaliser
     fitted on training features."""
-    data = load_features(data_cfg, enc_cfg, training=True)
+    data = usable_data(data_cfg, enc_cfg, training=True)
     train = data.split_indices("train")
     if not train:
         raise UserError("the dataset has no readable training images")

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from ..data.datasets import AugmentedImageCaptions, Collate, EvalImages, ImageCaptions, record_images
 from ..data.images import ImageFiles
-from ..data.prepare import PreparedData, load_records_and_features, prepare_data
+from ..data.prepare import PreparedData, dataset_features, prepare_data
 from ..data.sampler import EpochShuffle
 
 
@@ -45,7 +45,7 @@ class CaptionDataModule(pl.LightningDataModule):
         # Generation and feature extraction write to disk: once per node, not per process.
         # train() calls this before fit() (the model needs the vocabulary); fit() calls it again.
         if self.data is None:
-            load_records_and_features(self.data_cfg, self.encoder_cfg, training=True)
+            dataset_features(self.data_cfg, self.encoder_cfg, training=True)
 
     def setup(self, stage: str | None = None) -> None:
         if self.data is None:
