@@ -187,11 +187,12 @@ def preparing(cache_dir: str | Path, name: str = "prepare"):
 
 def dataset_features(data_cfg: dict, enc_cfg: dict,
                     training: bool = False) -> tuple[Located, LazyFeatures, list[str]]:
-    """The dataset located (its records, encoder and store: locate_dataset) and its raw features
-    read (read_features), each by one process at a time (`preparing`): with a cold cache the first builds, the rest wait and load. Every builder of a store comes through
-    here (training, scripts/prepare_data.py), so two never write one store. The dataset and its
-    store are locked apart: a run of another encoder or image size on the same dataset extracts
-    its own store while this one extracts (a grid's cells in parallel)."""
+    """The dataset located (its records, encoder and store: locate_dataset) and its raw features read
+    (read_features), each by one process at a time (`preparing`): with a cold cache the first
+    builds, the rest wait and load. Every builder of a store comes through here (training,
+    scripts/prepare_data.py), so two never write one store. The dataset and its store are locked
+    apart: a run of another encoder or image size on the same dataset extracts its own store while
+    this one extracts (a grid's cells in parallel)."""
     cache_dir = data_cfg.get("cache_dir") or "data/cache"
     with preparing(cache_dir):
         located = locate_dataset(data_cfg, enc_cfg, training)

@@ -4,7 +4,8 @@ give its last layer's patch tokens, after its final norm and before the projecti
 space: a grid of 768-d keys, as torchvision's ViT gives (the class token, pooled into CLIP's
 image embedding, is left out). open_clip is imported only when a tower is built, so the rest of
 the project never needs it. Weights: open-clip's own file (no downloads here), by
-`encoder.weights_path`; random init in tests.
+`encoder.weights_path`, named in records by its content hash (there are no published hashes to
+check it against: `encoder.verify_weights` applies to torchvision's files); random init in tests.
 """
 
 from __future__ import annotations

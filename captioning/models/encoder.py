@@ -1,8 +1,9 @@
 """torchvision image encoders: images (B, 3, H, W) -> grid features (B, N, C). ResNets and
 ConvNeXt-T: the last stage's grid (N = (H/32)*(W/32)); Swin-T: its last stage's windows, after its
 norm; ViT-B/16: the patch tokens of its last layer (N = (H/16)*(W/16); the class token, a global
-summary, is left out: attention reads the patches). Fine-tuning (TunableEncoder) trains the last
-stages of any of them (_stage_starts)."""
+summary, is left out: attention reads the patches); open-clip's CLIP ViT towers the same way
+(models/clip_tower.py, an optional extra). Fine-tuning (TunableEncoder) trains the last stages of
+any torchvision one (_stage_starts)."""
 
 from __future__ import annotations
 
@@ -110,7 +111,6 @@ def _stage_starts(spec: EncoderSpec) -> dict[str, int]:
     if spec.family == "clip":  # used frozen
         return {}
     return {"embed": 0, **{f"block{i}": i for i in range(1, spec.blocks + 1)}}  # ViT
-
 
 
 def encoder_dim(name: str) -> int:
