@@ -190,8 +190,8 @@ def bad_values(cfg: dict) -> list[str]:
         problems.append(why)
     if enc["name"] in ENCODERS and (why := size_problem(enc["name"], enc["image_size"])):
         problems.append(f"encoder.image_size={enc['image_size']}: {why}")
-    if enc["name"] in ENCODERS and enc.get("finetune") and (why := finetune_problem(enc["name"],
-                                                                                   enc["finetune_stages"])):
+    tuned = enc["name"] in ENCODERS and enc.get("finetune")
+    if tuned and (why := finetune_problem(enc["name"], enc["finetune_stages"])):
         problems.append(why)
     return problems
 
