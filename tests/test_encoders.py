@@ -119,11 +119,12 @@ def test_clip_without_its_file_or_its_package_is_refused_before_any_work(tmp_pat
     import sys
 
     root = Path(__file__).resolve().parents[1]
+    (tmp_path / "data").mkdir()
     done = subprocess.run([sys.executable, "train.py", "encoder=clip_vit_b_32", "encoder.pretrained=true",
-                           f"paths.data_dir={tmp_path}", "logger=none"], cwd=root, capture_output=True,
-                          text=True, timeout=120)
+                           f"paths.data_dir={tmp_path / 'data'}", f"hydra.run.dir={tmp_path / 'run'}",
+                           "logger=none"], cwd=root, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "encoder.weights_path" in done.stderr and "Traceback" not in done.stderr
-    assert not any(tmp_path.iterdir())  # nothing was started
+    assert not any((tmp_path / "data").iterdir())  # nothing was started
     from captioning.models.encoder import dependency_problem
 
     monkeypatch.setitem(sys.modules, "open_clip", None)  # as if the extra were not installed
