@@ -14,6 +14,8 @@ from .bleu import corpus_bleu_scores
 from .cider import CiderD
 from .coco import coco_scores
 
+NLTK_TOKENS = "captioning tokenizer (lower-case, punctuation kept as tokens)"
+
 
 def caption_metrics(hypotheses: list[list[str]], references: list[list[list[str]]],
                     objects: list[list[dict]] | None = None, prefix: str = "") -> dict[str, float]:
@@ -26,7 +28,6 @@ def caption_metrics(hypotheses: list[list[str]], references: list[list[list[str]
         metrics.update(attribute_accuracy(hypotheses, objects, prefix))
     return metrics
 
-NLTK_TOKENS = "captioning tokenizer (lower-case, punctuation kept as tokens)"
 
 
 def score_captions(

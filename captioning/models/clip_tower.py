@@ -11,11 +11,12 @@ check it against: `encoder.verify_weights` applies to torchvision's files); rand
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 
 import torch
 from torch import nn
+
+from .attention.position import grid_side
 
 # open-clip's model names, and CLIP's own input normalisation (not ImageNet's)
 MODELS = {"clip_vit_b_32": "ViT-B-32", "clip_vit_b_16": "ViT-B-16"}
@@ -85,5 +86,5 @@ class ClipTokens(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _, tokens = self.tower(x)  # (B, N, D): after ln_post, before the projection
-        side = math.isqrt(tokens.shape[1])
+        side = grid_side(tokens.shape[1], "CLIP's patch tokens")
         return tokens.transpose(1, 2).reshape(len(x), -1, side, side)  # (B, D, h, w)

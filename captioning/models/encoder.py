@@ -20,6 +20,7 @@ import torchvision
 from torch import nn
 
 from . import clip_tower
+from .attention.position import grid_side
 from .precision_choice import calibrated_dtype
 from .registry import Registry
 
@@ -83,7 +84,7 @@ class _ViTGrid(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         patches = self.ln(x)[:, 1:]  # (B, N, D)
-        side = math.isqrt(patches.shape[1])  # images are square (encoder.image_size)
+        side = grid_side(patches.shape[1], "ViT's patch tokens")  # images are square (encoder.image_size)
         return patches.transpose(1, 2).reshape(len(x), -1, side, side)  # (B, D, h, w)
 
 
@@ -269,9 +270,9 @@ class ResNetEncoder(nn.Module):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(init_seed)
             net = builder(weights=None, **kwargs)
-        self.weights_id = f"random-seed{init_seed}-torch{torch.__version__}"
-        if spec.family == "clip":  # its init code is open_clip's too
-            self.weights_id = f"random-seed{init_seed}-{clip_tower.random_init_id()}"
+        # what a random network depends on besides its seed: its init code (a CLIP tower's is open_clip's too)
+        code = clip_tower.random_init_id() if spec.family == "clip" else f"torch{torch.__version__}"
+        self.weights_id = f"random-seed{init_seed}-{code}"
         if pretrained and spec.family == "clip":
             path = clip_weights(name, weights_path)
             clip_tower.load_tower_weights(net, path)
@@ -297,13 +298,8 @@ class ResNetEncoder(nn.Module):
     def train(self, mode: bool = True) -> ResNetEncoder:
         """BatchNorm always uses its stored statistics, also while stages fine-tune: batches of
         a few dozen images give noisy statistics, and new ones would shift every feature the
-        normaliser was fitted on (and, for ImageNet weights, replace the best estimate there is).
-        The frozen units stay in eval mode whole: ConvNeXt's and Swin's stochastic depth would
-        otherwise drop their blocks at random under features that are meant to be fixed."""
+        normaliser was fitted on (and, for ImageNet weights, replace the best estimate there is)."""
         super().train(mode)
-        for i, unit in enumerate(self.trunk):
-            if i < getattr(self, "split", 0):
-                unit.eval()
         for m in self.modules():
             if isinstance(m, nn.modules.batchnorm._BatchNorm):
                 m.eval()
@@ -348,6 +344,15 @@ class TunableEncoder(ResNetEncoder):
         # validation and writes it back afterwards (bypassing train()), so a mode recorded as
         # "training" here would come back and update the statistics.
         self.train(self.training)
+
+    def train(self, mode: bool = True) -> TunableEncoder:
+        """The frozen units stay in eval mode whole (BatchNorm everywhere, as in every encoder):
+        ConvNeXt's and Swin's stochastic depth would otherwise drop their blocks at random under
+        features that are meant to be fixed."""
+        super().train(mode)
+        for unit in list(self.trunk)[: self.split]:
+            unit.eval()
+        return self
 
     def frozen_prefixes(self, prefix: str = "") -> tuple[str, ...]:
         return tuple(f"{prefix}trunk.{i}." for i in range(self.split))
