@@ -12,7 +12,8 @@ import torch
 from conftest import TINY_DECODERS, compose_cfg, config_options
 
 from captioning.models.captioner import build_captioner
-from captioning.models.encoder import ENCODERS, build_encoder, grid_cells
+from captioning.models.decoders import build_decoder
+from captioning.models.encoder import ENCODERS, build_encoder, feature_rows, grid_cells
 
 NEW = ["convnext_tiny", "swin_t", "vit_b_16", "clip_vit_b_32", "clip_vit_b_16"]
 MODES = config_options("attention")
@@ -32,7 +33,8 @@ def _grid(name: str) -> torch.Tensor:
 @pytest.mark.parametrize("name", NEW)
 def test_each_encoder_gives_its_grid_of_768_d_features_the_same_for_its_seed(name):
     feats = _grid(name)
-    assert feats.shape == (2, grid_cells(64, name), ENCODERS[name].dim) and ENCODERS[name].dim == 768
+    assert feats.shape == (2, feature_rows(64, name), ENCODERS[name].dim) and ENCODERS[name].dim == 768
+    assert feature_rows(64, name) == grid_cells(64, name) + (name == "vit_b_16")  # ViT: + its class token
     assert torch.isfinite(feats).all() and feats.std() > 0
     assert feats[0].sub(feats[1]).abs().max() > 0  # two images, two grids
     again = build_encoder({"name": name, "pretrained": False, "weights_path": None, "init_seed": 0,
@@ -48,6 +50,29 @@ def test_vit_is_built_for_the_size_it_reads_and_refuses_a_size_off_its_patches()
                        "verify_weights": True, "image_size": 72})
 
 
+def test_vits_first_row_is_its_class_token_and_the_lstm_starts_from_it():
+    """The rows are the network's own last layer (torchvision's forward up to its norm), the
+    class token first; the LSTM's initial state reads that row only, attention the patches only."""
+    feats = _grid("vit_b_16")  # (2, 1 + 16, 768)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        net = ENCODERS["vit_b_16"].builder(weights=None, image_size=64).eval()
+    images = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    mean, std = torch.tensor(ENCODERS["vit_b_16"].mean), torch.tensor(ENCODERS["vit_b_16"].std)
+    x = net._process_input((images - mean.view(1, 3, 1, 1)) / std.view(1, 3, 1, 1))  # (2, 16, 768)
+    with torch.no_grad():
+        tokens = net.encoder(torch.cat([net.class_token.expand(2, -1, -1), x], 1))  # (2, 17, 768)
+    torch.testing.assert_close(feats, tokens, rtol=1e-4, atol=1e-4)
+    dec = build_decoder({"name": "lstm", **TINY_DECODERS["lstm"]}, 20, 768, {"name": "additive"},
+                        global_first=True).eval()
+    h0 = lambda f: dec.init_state(dec.prepare(f), f).h  # noqa: E731
+    patches_moved, token_moved = feats.clone(), feats.clone()
+    patches_moved[:, 1:] += 1.0
+    token_moved[:, 0] += 1.0
+    assert torch.equal(h0(patches_moved), h0(feats)) and not torch.equal(h0(token_moved), h0(feats))
+    assert dec.prepare(feats).keys.shape[1] == 16
+
+
 def _train_step(name: str, decoder: str, mode: str) -> None:
     feats = _grid(name)
     tiny = [f"decoder.{k}={v}" for k, v in TINY_DECODERS[decoder].items()]
@@ -58,7 +83,7 @@ def _train_step(name: str, decoder: str, mode: str) -> None:
     logits, weights = model(feats, tokens[:, :-1])
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 20), tokens[:, 1:].reshape(-1))
     loss.backward()
-    assert torch.isfinite(loss) and weights.shape[-1] == feats.shape[1]
+    assert torch.isfinite(loss) and weights.shape[-1] == grid_cells(64, name)  # keys only, no class token
     assert all(p.grad is not None for p in model.decoder.attention.parameters() if p.requires_grad)
 
 

@@ -61,16 +61,23 @@ def test_chosen_splits_only_and_a_wrong_split_named(store, tmp_path):
                                                       "splits": ["tset"]})
 
 
-def test_training_on_the_extracted_files_captions_as_training_on_the_encoder(store, tmp_path, data_dir):
+@pytest.mark.parametrize("encoder", ["resnet18", "vit_b_16"])
+def test_training_on_the_extracted_files_captions_as_training_on_the_encoder(store, tmp_path, data_dir,
+                                                                             encoder):
+    """With the command the export records (ViT: its class token is row 0, and the run is told
+    encoder.global_first=true, so the decoder starts from it as it does on the encoder)."""
     from captioning.lit.training import train
 
-    cfg, _ = store
+    run = RUN + [f"encoder={encoder}", "encoder.image_size=32"] if encoder != "resnet18" else RUN
+    cfg = _plain(compose_cfg(run, tmp_path, data_dir))
     out = tmp_path / "features"
-    export_features(cfg["data"], cfg["encoder"], {"out": str(out), "format": "npy_dir", "splits": []})
-    direct = shrink(compose_cfg(RUN, tmp_path / "direct", data_dir))
+    done = export_features(cfg["data"], cfg["encoder"], {"out": str(out), "format": "npy_dir", "splits": []})
+    assert done["global_first"] == (encoder == "vit_b_16") and done["cells"] == 4 + done["global_first"]
+    direct = shrink(compose_cfg(run, tmp_path / "direct", data_dir))
     train(direct)
-    extracted = [o for o in RUN if not o.startswith("encoder")] + [
-        "encoder=precomputed", f"encoder.path={out}", "encoder.grid=true"]
+    _, path, *told = done["train_with"].split()
+    assert path == f"encoder.path={out}"
+    extracted = [o for o in RUN if not o.startswith("encoder")] + ["encoder=precomputed", path, *told]
     train(shrink(compose_cfg(extracted, tmp_path / "extracted", data_dir)))
     captions = [json.loads((tmp_path / run / "predictions.json").read_text())
                 for run in ("direct", "extracted")]

@@ -8,6 +8,7 @@ from collections import Counter
 import numpy as np
 
 from ..models.attention.position import grid_side
+from ..models.encoder import global_first
 from .prepare import dataset_features
 from .vocab import Vocabulary
 
@@ -42,8 +43,11 @@ def data_report(data_cfg: dict, enc_cfg: dict) -> dict:
         "estimated_training_ram_gb": round((RAM_BASE_MB + RAM_PER_IMAGE_KB * len(records) / 1024) / 1024, 1),
     }
     rows, cells, dim = features.shape  # as built: extracted grids, or precomputed regions padded
-    side = grid_side(cells) if getattr(features, "counts", None) is None or features.grid else None
-    report["store"] = {"grid": f"{side}x{side}" if side else f"up to {cells} regions",
+    first = int(global_first(enc_cfg))  # a global vector ahead of the grid (ViT's class token)
+    keys = cells - first
+    side = grid_side(keys) if getattr(features, "counts", None) is None or features.grid else None
+    report["store"] = {"grid": (f"{side}x{side}" if side else f"up to {keys} regions")
+                       + (" and a global vector" if first else ""),
                        "rows": rows, "size_gb": round(rows * cells * dim * 2 / 1e9, 2),
                        "path": str(features.path)}
     skipped = [(str(r.path), why) for r, why in zip(records, reasons) if why]

@@ -7,10 +7,11 @@ machine (a GPU) train any number of comparisons elsewhere.
     npz      one uncompressed <out>.npz with `ids` (I,) and `features` (I, N, C), written a row
              at a time (never the whole array in memory)
 
-The arrays are the store's rows as they are (float16, N grid cells in row-major order), so
-training on them reads exactly the features training on the encoder reads. `extract.json` beside
-them records the encoder, its weights, the image size and precision they come from. The
-encoders' global vectors (ViT's class token) are not kept by the store, so not written.
+The arrays are the store's rows as they are (float16, N grid cells in row-major order, after the
+encoder's global vector where it has one: ViT's class token is row 0), so training on them reads
+exactly the features training on the encoder reads. `extract.json` beside them records the
+encoder, its weights, the image size and precision they come from, and the command that trains
+on them (`encoder.global_first=true` where row 0 is a global vector).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..errors import UserError
+from ..models.encoder import global_first
 from ..schema.fields import unset
 from .prepare import dataset_features
 from .store import write_text_atomic
@@ -96,15 +98,18 @@ def export_features(data_cfg: dict, enc_cfg: dict, extract: dict) -> dict:
             if not target.exists():
                 _save_npy(target, np.asarray(feats[i]), npz=fmt == "npz_dir")
         manifest_path = out / MANIFEST
+    first = global_first(enc_cfg)
     manifest = {
         "format": fmt, "path": str(out), "images": len(ids), "cells": shape[0] if shape else 0,
+        "global_first": first,
         "dim": shape[-1] if shape else 0, "dtype": "float16",
         "encoder": {k: enc_cfg.get(k) for k in ("name", "pretrained", "weights_path", "init_seed",
                                                   "image_size", "precision")},
         "weights": located.encoder.weights_id,
         "splits": sorted(splits) or "all",
         "skipped": [{"image": p, "why": why} for p, why in skipped],
-        "train_with": f"encoder=precomputed encoder.path={out} encoder.grid=true",
+        "train_with": f"encoder=precomputed encoder.path={out} encoder.grid=true"
+                      + (" encoder.global_first=true" if first else ""),
     }
     write_text_atomic(manifest_path, json.dumps(manifest, indent=1))
     if skipped:

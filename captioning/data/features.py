@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from ..device import resolve_device
 from ..models import precision_choice as calibrated
-from ..models.encoder import ResNetEncoder, autocast_dtype, encoder_dim, grid_cells
+from ..models.encoder import ResNetEncoder, autocast_dtype, encoder_dim, feature_rows
 from ..provenance import cpu_kind, fingerprint
 from .images import MAX_PIXELS, ImageFiles
 from .store import FeatureStore, LazyFeatures, adopt_store, is_complete
@@ -112,7 +112,7 @@ def open_store(cache_dir: str | Path, key_parts: dict, paths: list[Path], enc_cf
                  "encoder.precision=%s extracts its own)", dirs[other], other, want,
                  "bf16" if want == "bfloat16" else "fp32")
         want = other
-    cells = grid_cells(enc_cfg["image_size"], enc_cfg["name"])
+    cells = feature_rows(enc_cfg["image_size"], enc_cfg["name"])  # ViT: its class token too
     # How it was built, recorded but not keyed: the batch changes float sums in the last bits only.
     built = {"batch_size": enc_cfg["batch_size"], "machine": cpu_kind(),
              "torch": torch.__version__}

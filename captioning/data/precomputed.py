@@ -16,6 +16,10 @@ Why these three: numpy reads them with nothing to install; one file per image is
 extraction scripts write; one uncompressed .npz maps without a copy. HDF5 needs h5py, which is
 not a dependency; docs/precomputed_features.md converts one in a short loop.
 
+A global vector (ViT's class token, what scripts/extract_features.py writes for vit_b_16) is the
+first row of each image's array, with `encoder.global_first=true`: the decoders start from it
+and attend over the rows after it.
+
 Boxes are (x1, y1, x2, y2) normalised to [0, 1] by the image's width and height, or in pixels
 with `encoder.box_units=pixels` (divided here by each image's size: from COCO annotation files,
 `encoder.image_sizes`, or the image's own file). Regions are
@@ -247,11 +251,12 @@ class Scan:
     unused: int  # feature files no record asked for
 
 
-def scan(source: Source, records: list[ImageRecord], grid: bool = False) -> Scan:
+def scan(source: Source, records: list[ImageRecord], grid: bool = False, first: int = 0) -> Scan:
     """Every record's feature shape from the headers only; refuses (UserError, naming files)
     what no run could use: widths that differ, arrays that are not (N, C), no record with
-    features at all, a `grid` that is not one square grid. Records without features are
-    skipped with their reason."""
+    features at all, a `grid` that is not one square grid (after `first` rows: 1 where each file
+    starts with a global vector, encoder.global_first). Records without features are skipped
+    with their reason."""
     counts, reasons, widths, bad = [], [], {}, []
     for r in records:
         image_id = str(r.image_id)
@@ -267,7 +272,8 @@ def scan(source: Source, records: list[ImageRecord], grid: bool = False) -> Scan
             continue
         widths.setdefault(shape[1], []).append(source.where(image_id))
         counts.append(int(shape[0]))
-        reasons.append("" if shape[0] else f"no regions in {source.where(image_id)}")
+        reasons.append("" if shape[0] > first else f"no regions in {source.where(image_id)}"
+                       + (" besides its global vector (encoder.global_first=true)" if first else ""))
     if bad:
         raise UserError(f"encoder.path: {len(bad)} feature array(s) are not (N, C): "
                         + "; ".join(bad[:5]) + (" ..." if len(bad) > 5 else ""))
@@ -283,10 +289,12 @@ def scan(source: Source, records: list[ImageRecord], grid: bool = False) -> Scan
                         f"have {common}, but {odd}")
     if grid:
         sizes = {c for c, why in zip(counts, reasons) if not why}
-        if len(sizes) > 1 or grid_side(next(iter(sizes))) is None:
+        if len(sizes) > 1 or grid_side(next(iter(sizes)) - first) is None:
             raise UserError(f"encoder.grid=true needs every image's features to be one square grid "
-                            f"of cells (row-major); found {sorted(sizes)[:5]} per image. Region "
-                            "features: encoder.grid=false")
+                            f"of cells (row-major){' after the global vector' if first else ''}; "
+                            f"found {sorted(sizes)[:5]} rows per image. Region features: "
+                            "encoder.grid=false" + ("" if first else "; a global vector first "
+                                                    "(ViT's class token): encoder.global_first=true"))
     missing = sum(1 for why in reasons if why.startswith("no features"))
     if missing:
         log.warning("features: %d of %d images have no features in %s (skipped, listed by name)",
@@ -304,7 +312,7 @@ def precomputed_features(records: list[ImageRecord], enc_cfg: dict,
     -> (features with counts and boxes, per record "" or why it is skipped)."""
     source = Source(enc_cfg)
     grid = bool(enc_cfg.get("grid"))
-    found = scan(source, records, grid)
+    found = scan(source, records, grid, int(bool(enc_cfg.get("global_first"))))
     _check_dim(enc_cfg, found.width)
     ids = [str(r.image_id) for r in records]
     boxes = source.has_boxes

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..errors import UserError
-from ..models.encoder import ResNetEncoder, build_encoder
+from ..models.encoder import ResNetEncoder, build_encoder, global_first
 from ..models.normalizer import FeatureNormalizer, fit_normalizer
 from ..schema.fields import unset
 from .checks import check_files, check_splits
@@ -129,6 +129,8 @@ def locate_dataset(data_cfg: dict, enc_cfg: dict, training: bool = False) -> Loc
     # size and precision (features.open_store); `legacy`: the key stores were made under before
     # (the dataset file's absolute path and mtime), adopted without re-extraction.
     key = {"encoder": enc_cfg["name"], "weights": encoder.weights_id}
+    if global_first(enc_cfg):  # rows hold the global vector too (absent from other stores' keys)
+        key["global_first"] = True
     legacy = {"dataset": str(json_path.resolve()), "dataset_mtime": json_path.stat().st_mtime_ns,
               "format": dataset_format(data_cfg)}
     args = {"cache_dir": data_cfg["cache_dir"], "key_parts": key, "paths": [r.path for r in records],

@@ -29,9 +29,9 @@ from ..models.encoder import (
     PRECISIONS,
     dependency_problem,
     encoder_dim,
+    feature_rows,
     find_weights,
     finetune_problem,
-    grid_cells,
     size_problem,
 )
 from ..models.normalizer import NORMALIZE_METHODS
@@ -325,7 +325,7 @@ def file_problems(cfg: dict, checkpoint_bytes: int) -> list[str]:
     syn = (cfg.get("data") or {}).get("synthetic")
     if syn and enc.get("name") in ENCODERS and enc.get("image_size"):
         images = syn["num_train"] + syn["num_val"] + syn["num_test"]
-        cells = grid_cells(enc["image_size"], enc["name"])
+        cells = feature_rows(enc["image_size"], enc["name"])
         need = images * cells * encoder_dim(enc["name"]) * FEATURE_BYTES
         cache = Path(cfg["data"].get("cache_dir") or out)
         if (free := _free_bytes(cache)) < need:

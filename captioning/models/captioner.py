@@ -17,7 +17,7 @@ from torch import nn
 from .beam import Hypothesis, beam_search
 from .decoders import build_decoder
 from .decoding import greedy_decode, sample_decode
-from .encoder import TunableEncoder, build_tunable_encoder, feature_dim
+from .encoder import TunableEncoder, build_tunable_encoder, feature_dim, global_first
 from .normalizer import FeatureNormalizer
 from .refiner import build_refiner
 
@@ -153,7 +153,8 @@ def build_captioner(cfg: dict, vocab_size: int) -> Captioner:
     enc = cfg["encoder"]
     in_dim = feature_dim(enc)
     normalizer = FeatureNormalizer(in_dim, enc["pca_dim"] or in_dim, cfg["data"]["blind"])
-    decoder = build_decoder(cfg["decoder"], vocab_size, normalizer.out_dim, cfg["attention"])
+    decoder = build_decoder(cfg["decoder"], vocab_size, normalizer.out_dim, cfg["attention"],
+                            global_first=global_first(enc))
     encoder = build_tunable_encoder(enc) if enc["finetune"] else None
     return Captioner(decoder, normalizer, encoder, build_refiner(cfg["model"], normalizer.out_dim))
 

@@ -1,8 +1,9 @@
 """torchvision image encoders: images (B, 3, H, W) -> grid features (B, N, C). ResNets and
 ConvNeXt-T: the last stage's grid (N = (H/32)*(W/32)); Swin-T: its last stage's windows, after its
-norm; ViT-B/16: the patch tokens of its last layer (N = (H/16)*(W/16); the class token, a global
-summary, is left out: attention reads the patches); open-clip's CLIP ViT towers the same way
-(models/clip_tower.py, an optional extra). Fine-tuning (TunableEncoder) trains the last stages of
+norm; ViT-B/16: its last layer's class token, then its patch tokens (1 + N, N = (H/16)*(W/16)): the
+class token is the global vector (global_first: the decoders start from it and attend over the
+patches); open-clip's CLIP ViT towers give their patch tokens (models/clip_tower.py, an optional
+extra). Fine-tuning (TunableEncoder) trains the last stages of
 any torchvision one (_stage_starts)."""
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class EncoderSpec:
     family: str = "resnet"  # how its grid is read (_trunk)
     stride: int = 32  # input pixels per grid cell along a side
     blocks: int = 0  # ViT: its transformer blocks, the units fine-tuning counts
+    global_token: bool = False  # its features start with a global vector (ViT's class token)
     mean: tuple[float, float, float] = IMAGENET_MEAN  # the input normalisation it was trained with
     std: tuple[float, float, float] = IMAGENET_STD
 
@@ -53,7 +55,7 @@ for _name, _builder, _weights, _dim, _family, _stride in (
 ):
     ENCODERS.add(_name, EncoderSpec(_builder, _weights, _dim, _family, _stride))
 ENCODERS.add("vit_b_16", EncoderSpec(torchvision.models.vit_b_16, torchvision.models.ViT_B_16_Weights, 768,
-                                     "vit", 16, blocks=12))
+                                     "vit", 16, blocks=12, global_token=True))
 for _name, _stride in (("clip_vit_b_32", 32), ("clip_vit_b_16", 16)):  # open-clip, an optional extra
     ENCODERS.add(_name, EncoderSpec(partial(clip_tower.build_tower, _name), None, 768, "clip", _stride,
                                     mean=clip_tower.CLIP_MEAN, std=clip_tower.CLIP_STD))
@@ -74,23 +76,23 @@ class _ViTTokens(nn.Module):
         return self.dropout(torch.cat([cls, tokens], 1) + self.pos_embedding)  # (B, 1 + N, D)
 
 
-class _ViTGrid(nn.Module):
-    """The last layer's norm, then the patch tokens as a square grid: (B, 1 + N, D) -> (B, D, h, w)
-    (the class token, a global summary, is left out: attention reads the patches)."""
+class _ViTOutput(nn.Module):
+    """The last layer's norm over every token: (B, 1 + N, D), the class token first, then the
+    patches of a square grid, row-major (checked: images are square, encoder.image_size)."""
 
     def __init__(self, ln: nn.Module) -> None:
         super().__init__()
         self.ln = ln
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        patches = self.ln(x)[:, 1:]  # (B, N, D)
-        side = grid_side(patches.shape[1], "ViT's patch tokens")  # images are square (encoder.image_size)
-        return patches.transpose(1, 2).reshape(len(x), -1, side, side)  # (B, D, h, w)
+        grid_side(x.shape[1] - 1, "ViT's patch tokens")
+        return self.ln(x)  # (B, 1 + N, D)
 
 
 def _trunk(family: str, net: nn.Module) -> nn.Sequential:
-    """The network without its classifier: images (B, 3, H, W) -> its grid (B, C, h, w), as a
-    Sequential whose children are the units fine-tuning splits at (_stage_starts)."""
+    """The network without its classifier: images (B, 3, H, W) -> its grid (B, C, h, w) (ViT: its
+    tokens (B, 1 + N, C)), as a Sequential whose children are the units fine-tuning splits at
+    (_stage_starts)."""
     if family == "resnet":
         return nn.Sequential(*list(net.children())[:-2])  # drop avgpool and fc
     if family == "convnext":
@@ -99,7 +101,7 @@ def _trunk(family: str, net: nn.Module) -> nn.Sequential:
         return nn.Sequential(*net.features, net.norm, net.permute)  # (B, h, w, C) -> (B, C, h, w)
     if family == "clip":
         return nn.Sequential(clip_tower.ClipTokens(net))
-    return nn.Sequential(_ViTTokens(net), *net.encoder.layers, _ViTGrid(net.encoder.ln))
+    return nn.Sequential(_ViTTokens(net), *net.encoder.layers, _ViTOutput(net.encoder.ln))
 
 
 def _stage_starts(spec: EncoderSpec) -> dict[str, int]:
@@ -124,6 +126,21 @@ def grid_cells(image_size: int, name: str = "resnet50") -> int:
     round up when halving (ceil(size / 32) per side): 128 px -> 16 (4x4), 224 -> 49 (7x7); the
     others take sizes that are a multiple of their stride (size_problem)."""
     return math.ceil(image_size / ENCODERS[name].stride) ** 2
+
+
+def global_first(enc_cfg: dict) -> bool:
+    """Whether a run's raw features start with a global vector ahead of the keys (ViT's class
+    token; encoder=precomputed: `encoder.global_first`): the decoders then start from it instead
+    of the keys' mean and attend over the rest."""
+    if enc_cfg["name"] == "precomputed":
+        return bool(enc_cfg.get("global_first"))
+    return ENCODERS[enc_cfg["name"]].global_token
+
+
+def feature_rows(image_size: int, name: str) -> int:
+    """Feature rows per image of encoder `name` at `image_size`: its grid cells, plus the global
+    vector of an encoder that has one (ViT-B/16 at 224 px: 1 + 196)."""
+    return grid_cells(image_size, name) + ENCODERS[name].global_token
 
 
 def size_problem(name: str, image_size: int) -> str | None:
@@ -290,10 +307,9 @@ class ResNetEncoder(nn.Module):
         self.register_buffer("std", torch.tensor(spec.std).view(1, 3, 1, 1), persistent=False)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """images (B, 3, H, W) in [0, 1] -> features (B, N, C)."""
+        """images (B, 3, H, W) in [0, 1] -> features (B, N, C) (ViT: 1 + N, its class token first)."""
         x = (images - self.mean) / self.std
-        x = self.trunk(x.contiguous(memory_format=torch.channels_last))  # (B, C, h, w)
-        return x.flatten(2).transpose(1, 2)  # (B, h*w, C)
+        return _rows(self.trunk(x.contiguous(memory_format=torch.channels_last)))
 
     def train(self, mode: bool = True) -> ResNetEncoder:
         """BatchNorm always uses its stored statistics, also while stages fine-tune: batches of
@@ -304,6 +320,12 @@ class ResNetEncoder(nn.Module):
             if isinstance(m, nn.modules.batchnorm._BatchNorm):
                 m.eval()
         return self
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """A trunk's output as feature rows (B, N, C): a grid (B, C, h, w) flattened row-major;
+    tokens (B, 1 + N, C) (ViT) as they are."""
+    return x if x.dim() == 3 else x.flatten(2).transpose(1, 2)
 
 
 def torchvision_state(encoder: ResNetEncoder, name: str) -> dict[str, torch.Tensor]:
@@ -358,15 +380,14 @@ class TunableEncoder(ResNetEncoder):
         return tuple(f"{prefix}trunk.{i}." for i in range(self.split))
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """images (B, 3, H, W) uint8 or [0, 1] float -> features (B, N, C) float32."""
+        """images (B, 3, H, W) uint8 or [0, 1] float -> features (B, N, C) float32 (as forward's)."""
         if images.dtype == torch.uint8:
             images = images.float().div_(255)
         x = ((images - self.mean) / self.std).contiguous(memory_format=torch.channels_last)
         dtype = autocast_dtype(x.device, self.precision)
         with torch.no_grad(), torch.autocast(x.device.type, dtype=dtype, enabled=dtype != torch.float32):
             x = self.trunk[: self.split](x)  # (B, C', h', w')
-        x = self.trunk[self.split :](x.float())  # (B, C, h, w), float32 with gradients
-        return x.flatten(2).transpose(1, 2)  # (B, h*w, C)
+        return _rows(self.trunk[self.split :](x.float()))  # float32 with gradients
 
     def get_extra_state(self) -> dict:
         return {"weights_id": self.weights_id, "stages": self.stages}

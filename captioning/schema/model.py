@@ -8,7 +8,8 @@ from .fields import REQUIRED, Rule, above, at_least, between, from_signature, on
 
 # decoder=<name>: the decoder's constructor keywords (models/decoders/), derived from them; the
 # vocabulary, feature width and attention are the run's, not settings.
-DECODER = {name: from_signature(name, DECODERS[name]) for name in DECODERS}
+# global_first is the encoder's to say (models/encoder.py: global_first), not a decoder setting
+DECODER = {name: from_signature(name, DECODERS[name], skip=("global_first",)) for name in DECODERS}
 
 
 @dataclass
@@ -75,6 +76,9 @@ class Precomputed(Normalised):
     # empty: each image's own file (its header only)
     image_sizes: list[str] = setting([])
     grid: bool = False              # true: each file is one square grid of cells, row-major (CLIP/ViT)
+    # true: each file's first row is a global vector (ViT's class token), the rest the grid or
+    # regions: the decoders start from it and attend over the rest (extract_features.py writes it)
+    global_first: bool = False
     dim: int | None = setting(None, at_least(1))  # the width: read from the files (set it to check them)
     finetune: bool = False          # there is no network to tune: always false
     # What the real-data presets (conf/data/karpathy.yaml) set for a ResNet: here only the size

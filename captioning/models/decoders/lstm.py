@@ -1,5 +1,5 @@
 """Show-Attend-Tell LSTM decoder: attention at every step, a sigmoid gate on the context,
-initial state from the mean feature, deep output layer."""
+initial state from the mean feature (or the encoder's global vector), deep output layer."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from torch import nn
 from ...rules import at_least, between
 from ..attention import ATTENTIONS, Prepared, build_attention, own_init_stream, placed
 from ..precision_choice import to_autocast_dtype
+from .keys import keys_only
 from .steps import StepLinear
 
 
@@ -43,8 +44,10 @@ class LSTMDecoder(nn.Module):
         gate: bool = True,
         prepare_once: bool = True,  # false: the naive baseline (keys/values re-projected every step)
         paired_init: bool = True,  # false: the attention's draws shift every later layer's start
+        global_first: bool = False,  # features' first row is a global vector (set from the encoder)
     ) -> None:
         super().__init__()
+        self.global_first = global_first
         # False = the naive baseline (tutorial style): keys and values are projected again at
         # every step. Same outputs, only slower; the benchmark measures what preparing saves.
         self.prepare_once = prepare_once
@@ -72,15 +75,20 @@ class LSTMDecoder(nn.Module):
     def prepare(self, features: torch.Tensor, mask: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None) -> Prepared:
         """features (B, N, Df), mask (B, N), positions (B, N, 2) (regions' box centres) ->
-        keys prepared and values projected, once per image."""
+        keys prepared and values projected, once per image. With global_first the first row is
+        the global vector, not a key (see init_state)."""
+        features, mask, positions = keys_only(features, mask, positions, self.global_first)
         if not self.prepare_once:  # naive baseline: carry the raw features, project per step
             return Prepared(features, features, mask, positions)
         features = to_autocast_dtype(features)  # one cast for both projections, not one each
         return placed(self.attention.prepare(features, mask, values=self.value_proj(features)), positions)
 
     def init_state(self, prepared: Prepared, features: torch.Tensor) -> LSTMState:
-        """h0, c0 from the mean feature over unmasked positions."""
-        if prepared.mask is None:
+        """h0, c0 from the mean feature over unmasked positions, or from the global vector (the
+        first row: ViT's class token) where the features have one."""
+        if self.global_first:
+            mean = features[:, 0]  # (B, Df)
+        elif prepared.mask is None:
             mean = features.mean(1)  # (B, Df)
         else:
             m = prepared.mask.unsqueeze(-1).to(features.dtype)

@@ -13,6 +13,7 @@ from torch import nn
 
 from ...rules import at_least, between
 from ..attention import Prepared, build_attention, own_init_stream, placed
+from .keys import keys_only
 
 
 @dataclass
@@ -107,8 +108,10 @@ class TransformerDecoder(nn.Module):
         length_buckets: Annotated[int, at_least(1)] = 3,  # training: <= 3 caption length groups
         prepare_once: bool = True,  # false: the naive baseline (keys re-projected every call)
         paired_init: bool = True,  # as the LSTM's: shared layers start alike in every mode
+        global_first: bool = False,  # features' first row is a global vector (set from the encoder)
     ) -> None:
         super().__init__()
+        self.global_first = global_first
         if d_model % num_heads:
             raise ValueError(f"decoder.d_model={d_model} must be divisible by num_heads={num_heads}")
         self.d_model, self.max_len, self.use_cache = d_model, max_len, use_cache
@@ -155,7 +158,9 @@ class TransformerDecoder(nn.Module):
     def prepare(self, features: torch.Tensor, mask: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None) -> list[Prepared]:
         """Per-layer cross-attention keys/values, once per image; mask (B, N) and positions
-        (B, N, 2) for region features."""
+        (B, N, 2) for region features. A global vector (global_first: the first row) is no key,
+        and this decoder has no initial state to start from it: it is left out."""
+        features, mask, positions = keys_only(features, mask, positions, self.global_first)
         if not self.prepare_once:  # naive baseline: raw features, prepared in every _run
             return [Prepared(features, features, mask, positions) for _ in self.layers]
         if self.feature_proj is not None:
