@@ -1,5 +1,6 @@
 """The first hour: debug presets, the demo preset, the per-epoch console line."""
 
+import json
 import os
 import subprocess
 import sys
@@ -81,3 +82,34 @@ def test_data_generation_shows_a_progress_bar(tmp_path, capsys):
     generate(tmp_path, SyntheticConfig(num_train=3, num_val=1, num_test=1, image_size=64))
     err = capsys.readouterr().err
     assert "dataset: 100%" in err and "5/5" in err and "img/s" in err
+
+
+def test_limited_batches_read_and_extract_only_the_images_they_reach(tmp_path):
+    """trainer.limit_*_batches as ints (the debug presets): each limited split is cut to its first
+    batches x batch size images, so the store extracts only those; evaluation splits are read in
+    order, so the test stage captions exactly the images its limited batches always gave."""
+    from conftest import TINY, compose_cfg, shrink
+
+    from captioning.data.prepare import load_dataset_records
+    from captioning.lit.datamodule import images_reached
+
+    fast = OmegaConf.to_container(compose_cfg(["debug=fast"], tmp_path, tmp_path), resolve=True)
+    assert images_reached(fast["trainer"], fast["data"]) == {"train": 5 * 24, "val": 2 * 200, "test": 2 * 200}
+    assert images_reached({"limit_train_batches": 0.5, "devices": 1}, fast["data"]) == {}
+    assert images_reached({"fast_dev_run": True, "devices": 2}, fast["data"]) == {
+        "train": 2 * 24, "val": 2 * 200, "test": 2 * 200}
+    limits = ["trainer.max_epochs=2", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",
+              "trainer.limit_test_batches=1"]
+    cfg = shrink(compose_cfg([o for o in TINY if "max_epochs" not in o] + limits, tmp_path / "run",
+                             tmp_path / "data"))
+    train(cfg)
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    batch, evaluated = plain["data"]["batch_size"], plain["data"]["eval_batch_size"]
+    stores = [json.loads(p.read_text()) for p in (tmp_path / "data" / "cache").glob("store_*/manifest.json")]
+    num_val = plain["data"]["synthetic"]["num_val"]
+    splits = {"train": 2 * batch, "val": min(evaluated, num_val), "test": evaluated}
+    assert [s["rows"] for s in stores] == [sum(splits.values())]  # of 96 + 12 + 24 images
+    records = load_dataset_records(plain["data"])[0]
+    first_test = [str(r.image_id) for r in records if r.split == "test"][:evaluated]
+    predictions = json.loads((tmp_path / "run" / "predictions.json").read_text())
+    assert [str(p["image_id"]) for p in predictions] == first_test

@@ -112,18 +112,32 @@ class Located:
                                args["root"])
 
 
-def locate_dataset(data_cfg: dict, enc_cfg: dict, training: bool = False) -> Located:
+def first_images(records: list[ImageRecord], first: dict[str, int] | None) -> list[ImageRecord]:
+    """Each split cut to its first `first[split]` images in file order (splits not named: whole):
+    a run whose batches are limited reads, and extracts, only the images they can reach."""
+    if not first:
+        return records
+    seen: dict[str, int] = {}
+    out = []
+    for r in records:
+        seen[r.split] = seen.get(r.split, 0) + 1
+        if r.split not in first or seen[r.split] <= first[r.split]:
+            out.append(r)
+    return out
+
+
+def locate_dataset(data_cfg: dict, enc_cfg: dict, training: bool = False,
+                   first: dict[str, int] | None = None) -> Located:
     """Read the dataset file and run the checks that need no decoding (a dataset none of whose
     images exists fails here, before any extraction; for `training`, one whose val or test
-    split shares images with train too)."""
+    split shares images with train too). `first`: each split's first images only (first_images)."""
     records, json_path, root = load_dataset_records(data_cfg)
+    if training:  # on the whole dataset: a cut must not hide a split's overlap with train
+        check_splits(records, data_cfg.get("split_file") or str(json_path))
+    records = first_images(records, first)
     if enc_cfg["name"] == "precomputed":  # features come from files: the images need not exist
-        if training:
-            check_splits(records, data_cfg.get("split_file") or str(json_path))
         return Located(records, None, {"enc_cfg": enc_cfg, "cache_dir": data_cfg["cache_dir"]}, {})
     problems = check_files(records, root)
-    if training:
-        check_splits(records, data_cfg.get("split_file") or str(json_path))
     encoder = build_encoder(enc_cfg)
     # The store's key: the images (relative to `root`, with their sizes), encoder and weights,
     # size and precision (features.open_store); `legacy`: the key stores were made under before
@@ -187,25 +201,27 @@ def preparing(cache_dir: str | Path, name: str = "prepare"):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def dataset_features(data_cfg: dict, enc_cfg: dict,
-                    training: bool = False) -> tuple[Located, LazyFeatures, list[str]]:
+def dataset_features(data_cfg: dict, enc_cfg: dict, training: bool = False,
+                     first: dict[str, int] | None = None) -> tuple[Located, LazyFeatures, list[str]]:
     """The dataset located (its records, encoder and store: locate_dataset) and its raw features read
     (read_features), each by one process at a time (`preparing`): with a cold cache the first
     builds, the rest wait and load. Every builder of a store comes through here (training,
     scripts/prepare_data.py), so two never write one store. The dataset and its store are locked
     apart: a run of another encoder or image size on the same dataset extracts its own store while
-    this one extracts (a grid's cells in parallel)."""
+    this one extracts (a grid's cells in parallel). `first`: each split's first images only."""
     cache_dir = data_cfg.get("cache_dir") or "data/cache"
     with preparing(cache_dir):
-        located = locate_dataset(data_cfg, enc_cfg, training)
+        located = locate_dataset(data_cfg, enc_cfg, training, first)
     with preparing(cache_dir, located.lock_name()):
         return (located, *read_features(located))
 
 
-def usable_data(data_cfg: dict, enc_cfg: dict, training: bool = False) -> PreparedData:
+def usable_data(data_cfg: dict, enc_cfg: dict, training: bool = False,
+                first: dict[str, int] | None = None) -> PreparedData:
     """Records and raw features; unusable images are left out and reported by name. `training`:
-    refuse splits that share images with train (locate_dataset)."""
-    located, feats, reasons = dataset_features(data_cfg, enc_cfg, training)
+    refuse splits that share images with train (locate_dataset); `first`: each split's first
+    images only (first_images)."""
+    located, feats, reasons = dataset_features(data_cfg, enc_cfg, training, first)
     records = located.records
     skipped = [(str(r.path), why) for r, why in zip(records, reasons) if why]
     empty = sum(r.empty_captions for r in records)
@@ -221,10 +237,10 @@ def usable_data(data_cfg: dict, enc_cfg: dict, training: bool = False) -> Prepar
     return PreparedData([records[i] for i in keep], feats, keep, skipped, empty_captions=empty)
 
 
-def prepare_data(data_cfg: dict, enc_cfg: dict) -> PreparedData:
+def prepare_data(data_cfg: dict, enc_cfg: dict, first: dict[str, int] | None = None) -> PreparedData:
     """usable_data, then the vocabulary from the training captions and the normaliser
-    fitted on training features."""
-    data = usable_data(data_cfg, enc_cfg, training=True)
+    fitted on training features (of the images it reads: `first`, as usable_data)."""
+    data = usable_data(data_cfg, enc_cfg, training=True, first=first)
     train = data.split_indices("train")
     if not train:
         raise UserError("the dataset has no readable training images")

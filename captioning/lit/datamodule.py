@@ -25,6 +25,25 @@ def _worker_init(worker_id: int) -> None:
     pl_worker_init_function(worker_id)
 
 
+def images_reached(trainer_cfg: dict, data_cfg: dict) -> dict[str, int]:
+    """{split: images} for the splits whose batches are limited to a number
+    (trainer.limit_*_batches an int: debug presets): a limited split is read from its first
+    batches x batch size x processes images only, so only those are extracted. Evaluation
+    splits are read in order, so their limited batches are exactly those images; the training
+    split's batches are then drawn, each epoch, from those images, not from the whole split."""
+    devices, nodes = trainer_cfg.get("devices"), trainer_cfg.get("num_nodes") or 1
+    world = (devices if isinstance(devices, int) and devices > 0 else 1) * nodes
+    fast = trainer_cfg.get("fast_dev_run")  # true or N: N batches of every stage
+    fast = int(fast) if isinstance(fast, bool | int) and fast else None
+    out = {}
+    for split, size in (("train", data_cfg["batch_size"]), ("val", data_cfg["eval_batch_size"]),
+                        ("test", data_cfg["eval_batch_size"])):
+        limit = fast or trainer_cfg.get(f"limit_{split}_batches")
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+            out[split] = limit * size * world
+    return out
+
+
 class CaptionDataModule(pl.LightningDataModule):
     """`data` and `encoder` config dicts in; `vocab` and `normalizer` available after setup().
 
@@ -33,9 +52,11 @@ class CaptionDataModule(pl.LightningDataModule):
     loader's own position runs ahead by its prefetch), so a resumed run's next batch is the one
     the killed run would have trained on next."""
 
-    def __init__(self, data_cfg: dict, encoder_cfg: dict, seed: int = 0) -> None:
+    def __init__(self, data_cfg: dict, encoder_cfg: dict, seed: int = 0,
+                 first: dict[str, int] | None = None) -> None:
         super().__init__()
         self.data_cfg, self.encoder_cfg, self.seed = data_cfg, encoder_cfg, seed
+        self.first = first  # each split's first images only (images_reached)
         self.data: PreparedData | None = None
         self.position = {"epoch": 0, "batches": 0}  # training batches consumed in that epoch
         self._resume: dict | None = None
@@ -45,11 +66,11 @@ class CaptionDataModule(pl.LightningDataModule):
         # Generation and feature extraction write to disk: once per node, not per process.
         # train() calls this before fit() (the model needs the vocabulary); fit() calls it again.
         if self.data is None:
-            dataset_features(self.data_cfg, self.encoder_cfg, training=True)
+            dataset_features(self.data_cfg, self.encoder_cfg, training=True, first=self.first)
 
     def setup(self, stage: str | None = None) -> None:
         if self.data is None:
-            self.data = prepare_data(self.data_cfg, self.encoder_cfg)
+            self.data = prepare_data(self.data_cfg, self.encoder_cfg, self.first)
 
     @property
     def vocab(self):

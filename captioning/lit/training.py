@@ -27,7 +27,7 @@ from .bf16_plugin import BF16Mixed
 from .checkpoint_policy import AtomicCheckpointIO, newest_checkpoint
 from .config_check import check_config
 from .console import quiet_lightning, summary_table
-from .datamodule import CaptionDataModule
+from .datamodule import CaptionDataModule, images_reached
 from .faults import CheckpointOnStop, reported_faults
 from .learning_curve import snapshot_path
 from .loggers import finish_wandb, run_loggers
@@ -76,7 +76,8 @@ def _fit_and_test(cfg: DictConfig, plain: dict, out: Path, resume_ckpt: Path | N
                     "(data/README.md: which weights file to copy where)", plain["data"].get("name"))
     pl.seed_everything(plain["seed"], workers=True)
 
-    datamodule = CaptionDataModule(plain["data"], plain["encoder"], plain["seed"])
+    datamodule = CaptionDataModule(plain["data"], plain["encoder"], plain["seed"],
+                                   images_reached(plain["trainer"], plain["data"]))
     datamodule.prepare_data()
     datamodule.setup("fit")
     # Again: preparing data draws from the global RNG only when caches are cold (feature

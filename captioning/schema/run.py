@@ -45,7 +45,10 @@ class Trainer(Dict[str, Any]):  # noqa: UP006
     enable_model_summary: bool = False
     deterministic: Any = False
     enable_progress_bar: bool = True
-    limit_train_batches: Any = None  # an int (batches) or a fraction: shorter epochs for quick checks
+    # An int (batches) or a fraction: shorter epochs for quick checks. An int also cuts the split
+    # to the images its batches reach (its first int x batch size), so only those are extracted:
+    # each epoch draws its batches from those (lit/datamodule.py: images_reached).
+    limit_train_batches: Any = None
     limit_val_batches: Any = None
     limit_test_batches: Any = None
     fast_dev_run: Any = False        # true or N: N batches of each stage, no checkpoints, no logging
