@@ -10,8 +10,9 @@ import torch
 
 from .checkpoint import load_ensemble
 from .data.vocab import Vocabulary
-from .device import configure_cpu, resolve_device
+from .device import resolve_device
 from .models.captioner import Captioner
+from .models.cpu_speed import configure_cpu
 from .schema.fields import defaults
 from .schema.run import Decode
 

@@ -137,7 +137,21 @@ def peer_table(figures: dict) -> str:
     return _table(PEER_COLUMNS, "lllrlrlr", rows)
 
 
-TABLES = {"machines": machines_table, "peer": peer_table}
+def cpu_speed_table(figures: dict) -> str:
+    """Each CPU trick's speed-up (time without / with) per measured machine, from the results
+    of `scripts/benchmark.py --sections cpu_speed` that figures.json lists."""
+    runs = [(m, _read(m["file"])) for m in figures["cpu_speed"]]
+    keys = list(dict.fromkeys(k for _, r in runs for k in r["cpu_speed"]))
+    rows = [[k.replace("/", " / ")] + [_f(r["cpu_speed"].get(k, {}).get("speedup"), 2) for _, r in runs]
+            for k in keys]
+    header = ["trick / where / precision"] + [
+        f"{m['cpu']} ([{Path(m['file']).name}]({Path(m['file']).relative_to('docs')}))" for m, _ in runs]
+    env = ["".join(f"{k}={v} " for k, v in r.get("isa_limits", {}).items()) for _, r in runs]
+    commands = [f"- {Path(m['file']).name}: `{e}{command(r['config'])}`" for (m, r), e in zip(runs, env)]
+    return _table(header, "l" + "r" * len(runs), rows) + "\n\n" + "\n".join(commands)
+
+
+TABLES = {"machines": machines_table, "peer": peer_table, "cpu-speed": cpu_speed_table}
 
 
 def render_figures(text: str, figures: dict) -> str:

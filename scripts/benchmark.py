@@ -1,8 +1,9 @@
-"""Speed on synthetic tensors (decoder training and decoding, feature extraction); the
+"""Speed on synthetic tensors (decoder training and decoding, feature extraction, the CPU tricks); the
 sections and what they measure are described in captioning/benchmark/__init__.py.
 
     python scripts/benchmark.py --threads 2 --json bench.json --markdown bench.md
     python scripts/benchmark.py --sections train --modes additive,dot --decoders lstm
+    python scripts/benchmark.py --sections cpu_speed --threads 2   # each CPU trick on and off
 
 Torch-only: no Hydra, Lightning, wandb or nltk is imported, so it runs on any PyTorch machine.
 """

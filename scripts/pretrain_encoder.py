@@ -33,9 +33,10 @@ from captioning.data.attribute_targets import LABELS, attribute_labels
 from captioning.data.images import ImageFiles
 from captioning.data.prepare import load_dataset_records
 from captioning.data.synthetic import COLOURS, SHAPES, SIZES
-from captioning.device import configure_cpu, resolve_device
+from captioning.device import resolve_device
 from captioning.errors import ArgumentParser, UserError, report_user_errors
 from captioning.metrics.grounding import box_cells
+from captioning.models.cpu_speed import configure_cpu
 from captioning.models.encoder import ENCODERS, IMAGENET_MEAN, IMAGENET_STD, grid_cells
 
 # The per-cell targets: each attribute's values, then "nothing" (the background's share).

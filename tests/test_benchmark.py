@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from captioning.models.packed import available as packed_available
+from captioning.models.cpu_speed.packed import available as packed_available
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "benchmark.py"
 TINY = ["--batch", "2", "--grid", "2", "--feature-dim", "16", "--d-model", "16", "--vocab", "30",
@@ -118,3 +118,47 @@ def test_captions_per_image_shares_each_images_keys(tmp_path):
         assert t["captions_per_s"] == pytest.approx(6 / t["median_s"])  # 6 captions a step both
         flops[per_image] = t["flops_per_step"]
     assert flops[3] < flops[1]
+
+
+def test_cpu_speed_times_each_trick_on_and_off_and_leaves_them_on(tmp_path):
+    """--sections cpu_speed: every switchable trick at both precisions; the switches it flips
+    are back on afterwards (it runs in the caller's process through run_benchmark)."""
+    import torch
+
+    from captioning.benchmark import BenchConfig, markdown, run_benchmark
+    from captioning.models.attention.additive import AdditiveAttention
+    from captioning.models.decoders.lstm import LSTMDecoder
+
+    flags = dict(zip([f.lstrip("-").replace("-", "_") for f in TINY[::2]], TINY[1::2]))
+    ints = {k: int(v) for k, v in flags.items() if v.isdigit()}
+    res = run_benchmark(BenchConfig(**{**flags, **ints, "sections": "cpu_speed", "refiners": ""}))
+    tricks = ("step_linear/train", "half_tanh/train", "packed/greedy")
+    want = {f"{t}/{p}" for t in tricks for p in ("fp32", "bf16")}
+    assert set(res["cpu_speed"]) == want | {"denormal_flush/products/fp32"}
+    assert all(t["on_s"] > 0 and t["off_s"] > 0 and t["speedup"] > 0 for t in res["cpu_speed"].values())
+    assert "| half_tanh/train/fp32 |" in markdown(res)
+    assert LSTMDecoder.fused_training_steps and AdditiveAttention.tanh_through_sigmoid
+    assert torch.tensor([1e-40]).item() == 0.0  # the denormal flush is on again
+
+
+def test_half_tanh_and_its_reference_compute_one_function():
+    """The sigmoid form and torch.tanh's agree to float32 rounding, and so do additive's scores
+    with the switch on and off (the benchmark times two forms of one function)."""
+    import torch
+
+    from captioning.models.attention.additive import AdditiveAttention
+    from captioning.models.cpu_speed import half_tanh_, half_tanh_reference
+
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(4, 1, 8, generator=g) * 3, torch.randn(1, 5, 8, generator=g) * 3
+    torch.testing.assert_close(half_tanh_(q, k), half_tanh_reference(q, k), rtol=0, atol=1e-6)
+    attn = AdditiveAttention(16, 12, attn_dim=8)
+    keys = attn.prepare(torch.randn(2, 5, 12, generator=g))
+    query = torch.randn(2, 16, generator=g)
+    on, _ = attn(query, keys)
+    AdditiveAttention.tanh_through_sigmoid = False
+    try:
+        off, _ = attn(query, keys)
+    finally:
+        AdditiveAttention.tanh_through_sigmoid = True
+    torch.testing.assert_close(on, off, rtol=1e-5, atol=1e-6)

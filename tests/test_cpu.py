@@ -5,7 +5,7 @@ from statistics import median_high
 import pytest
 import torch
 
-from captioning.device import flush_denormals
+from captioning.models.cpu_speed import flush_denormals
 
 TINY = 1e-39  # a float32 denormal (the smallest normal is ~1.18e-38)
 
@@ -37,7 +37,7 @@ def test_denormals_are_flushed_to_zero(restore):
 # 16 steps after 8 warm-up steps.
 _STEPS = """
 import argparse, resource, sys, torch
-from captioning import device
+from captioning.models.cpu_speed import process as device
 from captioning.benchmark.sections import decoder_cfg, train_step
 from captioning.models.decoders import build_decoder
 options = eval(sys.argv[1])

@@ -1,4 +1,4 @@
-"""The LSTM's teacher-forced training path (decoders/lstm.py: _TrainingSteps, decoders/steps.py:
+"""The LSTM's teacher-forced training path (decoders/lstm.py: _TrainingSteps, cpu_speed/step_linear.py:
 each recurrent weight's gradient made once over all steps) against nn.LSTMCell at every step."""
 
 import copy
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from captioning.models import ATTENTIONS, build_decoder
-from captioning.models.decoders.steps import StepLinear
+from captioning.models.cpu_speed import StepLinear
 
 V, DF = 30, 24
 

@@ -1,12 +1,13 @@
-"""Decoding from packed linear weights (models/packed.py): the same products as F.linear, the
+"""Decoding from packed linear weights (models/cpu_speed/packed.py): the same products as F.linear, the
 modules restored, and only where it is safe (no gradients, no compiled forwards)."""
 
 import pytest
 import torch
 from torch import nn
 
-from captioning.models import build_decoder, greedy_decode, packed
-from captioning.models.packed import _PackedForward, available, packed_linears, packs_in
+from captioning.models import build_decoder, greedy_decode
+from captioning.models.cpu_speed import packed
+from captioning.models.cpu_speed.packed import _PackedForward, available, packed_linears, packs_in
 
 pytestmark = pytest.mark.skipif(not available(), reason="this torch has no oneDNN packed linear")
 

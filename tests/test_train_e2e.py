@@ -50,7 +50,7 @@ def test_results_json_and_predictions(trained):
     assert len(preds) == cfg.data.synthetic.num_test
     assert {"image_id", "caption"} == set(preds[0])
     assert (out / "csv" / "metrics.csv").is_file()
-    if platform.machine() in ("x86_64", "AMD64"):  # train() flushes denormals (captioning/device.py)
+    if platform.machine() in ("x86_64", "AMD64"):  # train() flushes denormals (models/cpu_speed/process.py)
         assert (torch.tensor([1e-39]) * 1.0).item() == 0.0
 
 

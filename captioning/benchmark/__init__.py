@@ -12,6 +12,10 @@ Sections (defaults: batch 64, 7x7 grid of 2048-d features, width 512, vocabulary
            the same function called one image at a time
   encoder  feature extraction from image files (JPEG decode + resize in the project's loader)
            vs the bare model forward on ready tensors, same batch and precision
+  cpu_speed  each switchable CPU trick (models/cpu_speed) on and off, alternated: the LSTM's
+           fused weight gradients and additive's sigmoid-form tanh (training step), packed
+           weights (greedy decoding), at fp32 and bf16; the denormal flush (products on
+           denormal operands). Not in the default sections.
 
 Every figure is the median of `repeats` timed runs after `warmup`; speed-ups are ratios of
 figures measured in this one process.
@@ -19,17 +23,23 @@ figures measured in this one process.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import fields
 
 import torch
 
-from ..device import configure_cpu, resolve_device
+from ..device import resolve_device
+from ..models.cpu_speed import configure_cpu
 from ..models.precision_choice import calibrated_dtype
 from ..provenance import cpu_kind, git_commit
 from .config import DTYPES, BenchConfig, config_fields
+from .cpu_speed import bench_cpu_speed
 from .sections import bench_decode, bench_encoder, bench_train, matmul_peak
 from .tables import markdown, ratios
+
+# The environment variables that hold torch's, oneDNN's and MKL's kernels to an older ISA.
+ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 
 __all__ = ["BenchConfig", "config_fields", "markdown", "run_benchmark"]
 
@@ -52,6 +62,8 @@ def run_benchmark(args: BenchConfig) -> dict:
         "torch": torch.__version__, "default_precision": precision,
         # where and when: a committed result (results/convergence/throughput.json) says itself
         "machine": cpu_kind(), "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        # kernels held below what the CPU has (to time another CPU kind's code paths here)
+        "isa_limits": {k: os.environ[k] for k in ISA_LIMITS if k in os.environ},
         "peak": {}, "train": {}, "decode": {}, "encoder": {},
     }
     start = time.perf_counter()
@@ -65,6 +77,8 @@ def run_benchmark(args: BenchConfig) -> dict:
         bench_decode(args, device, results)
     if "encoder" in sections:
         bench_encoder(args, device, results)
+    if "cpu_speed" in sections:
+        bench_cpu_speed(args, device, results)
     results["ratios"] = ratios(results, args)
     results["wall_s"] = time.perf_counter() - start
     return results

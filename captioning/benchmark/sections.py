@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from ..models import beam_search, build_decoder, greedy_decode
+from ..models.cpu_speed.packed import available as packed_available
 from ..models.losses import cross_entropy
-from ..models.packed import available as packed_available
 from ..models.refiner import REFINERS
 from ..schema.fields import defaults
 from ..schema.model import Model, ResNet

@@ -72,6 +72,11 @@ def markdown(results: dict) -> str:
         lines += ["", f"| {head} | images/s | median s |", "|---|---:|---:|"]
         for k in ("from_files", "bare_forward"):
             lines.append(f"| {k} | {enc[k]['images_per_s']:.1f} | {enc[k]['median_s']:.3f} |")
+    if results.get("cpu_speed"):
+        lines += ["", "| CPU trick / where / precision | with s | without s | speed-up |",
+                  "|---|---:|---:|---:|"]
+        lines += [f"| {k} | {t['on_s']:.3f} | {t['off_s']:.3f} | {t['speedup']:.2f}x |"
+                  for k, t in results["cpu_speed"].items()]
     lines += ["", "| ratio | x |", "|---|---:|"]
     lines += [f"| {k} | {v:.2f} |" for k, v in results["ratios"].items()]
     return "\n".join(lines) + "\n"

@@ -13,9 +13,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ..benchmark import BenchConfig, run_benchmark
 from ..data.prepare import load_dataset_records
-from ..device import configure_cpu
 from ..errors import RunFault, UserError
 from ..gallery import build_gallery
+from ..models.cpu_speed import configure_cpu
 from ..schema import completed
 from ..schema.fields import REQUIRED
 from ..schema.run import Compare

@@ -18,7 +18,7 @@ from pytorch_lightning.utilities import rank_zero_only
 
 from ..data.precomputed import resolve_source
 from ..data.store import write_text_atomic
-from ..device import configure_cpu
+from ..models.cpu_speed import configure_cpu
 from ..provenance import config_hash, cpu_kind, flatten, git_commit
 from ..schema.fields import defaults
 from ..schema.run import OWN_TRAINER_KEYS, Trainer

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .cpu_speed import decoding_packed
 from .decoding import constrain
-from .packed import decoding_packed
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from .packed import decoding_packed
+from .cpu_speed import decoding_packed
 
 
 @torch.no_grad()

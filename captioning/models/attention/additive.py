@@ -8,23 +8,17 @@ import torch
 from torch import nn
 
 from ...rules import at_least
+from ..cpu_speed import half_tanh_, half_tanh_reference
 from .base import CrossAttention, full_precision, register
-
-
-def half_tanh_(q: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-    """sigmoid(2 (q + keys)), broadcast: s with tanh(q + keys) = 2 s - 1, so
-    v^T tanh(q + k) = 2 v^T s - sum(v). Same function, but on CPUs torch's float32 tanh is an
-    accurate polynomial ~4-5x slower than its sigmoid (2.1 ms against 0.44 ms over one step's
-    (64, 49, 512) on an AVX-512 EPYC): this is the largest elementwise tensor of a training step.
-    In place after the add (autograd allows it: sigmoid's backward needs its output, add's nothing).
-    """
-    return torch.sigmoid_(torch.add(q + q, keys, alpha=2.0))
-
 
 
 @register("additive")
 class AdditiveAttention(CrossAttention):
     """W2 k is computed once per image in `prepare` (tutorials recompute it every step)."""
+
+    # The tanh through torch's sigmoid (cpu_speed/half_tanh.py); False: through torch.tanh, the
+    # control `scripts/benchmark.py --sections cpu_speed` times it against.
+    tanh_through_sigmoid = True
 
     # docs/model.md's table of modes (maint/make_docs.py): the score, when to use it
     table = {
@@ -63,6 +57,7 @@ class AdditiveAttention(CrossAttention):
     def _scores(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         q = self.w_query(query).float()  # (B, T, A)
         # One (B, T, N, A) buffer, the largest tensor here: tanh(.) = 2 s - 1 (half_tanh_).
-        s = half_tanh_(q.unsqueeze(2), keys.unsqueeze(1))  # (B, T, N, A) float32
+        half = half_tanh_ if self.tanh_through_sigmoid else half_tanh_reference
+        s = half(q.unsqueeze(2), keys.unsqueeze(1))  # (B, T, N, A) float32
         with full_precision(s):  # v is a matrix-vector product: no gain from bf16, one cast less
             return 2 * self.v(s).squeeze(-1) - self.v.weight.float().sum()  # (B, T, N)

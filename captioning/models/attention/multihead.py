@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ...rules import at_least
-from .additive import half_tanh_
+from ..cpu_speed import half_tanh_
 from .base import CrossAttention, Prepared, full_precision, masked_softmax, register
 
 

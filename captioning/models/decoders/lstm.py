@@ -11,9 +11,9 @@ from torch import nn
 
 from ...rules import at_least, between
 from ..attention import ATTENTIONS, Prepared, build_attention, own_init_stream, placed
+from ..cpu_speed import StepLinear
 from ..precision_choice import to_autocast_dtype
 from .keys import keys_only
-from .steps import StepLinear
 
 
 @dataclass
@@ -221,7 +221,7 @@ class _TrainingSteps:
     """The cell's and the gate's matmuls of one teacher-forced pass, arranged for the backward
     pass: the embeddings' share of the cell's input gates for all steps at once (one matmul, one
     weight gradient), and the per-step products with h_{t-1} (cell and gate, one matmul) and with
-    the context as StepLinears (steps.py: their weights' gradients made once over all steps,
+    the context as StepLinears (cpu_speed/step_linear.py: their weights' gradients made once over all steps,
     not summed step by step). The same function as nn.LSTMCell's, which decoding keeps using;
     the gates' elementwise work runs in fp32 (under bf16 autocast too: a CPU converts every bf16
     element for it)."""

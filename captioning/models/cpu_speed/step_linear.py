@@ -62,7 +62,7 @@ class _Anchor(torch.autograd.Function):
             raise RuntimeError(
                 f"StepLinear: {len(records)} of {owner.calls} steps' gradients arrived before the "
                 "anchor's backward: an input of the step linear does not depend on the anchored "
-                "state (models/decoders/steps.py)")
+                "state (models/cpu_speed/step_linear.py)")
         if not records:
             return grad, None, None
         x = torch.cat([r[0] for r in records])  # (sum B_t, K_in)
