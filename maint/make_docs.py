@@ -3,12 +3,14 @@
 - the verdict's sentences (README.md, docs/summary.md, docs/comparison.md) from the newest
   committed convergence report (captioning/compare/verdict.py: the rule and the markers);
 - docs/benchmarks.md's tables from the measurements docs/figures.json lists (the benchmark's
-  JSON per CPU kind, and each pair of runs against the peer), between
+  JSON per CPU kind, each pair of runs against the peer, the CPU tricks' runs), between
   `<!-- figures:NAME -->` and `<!-- /figures:NAME -->`;
 - README.md's and docs/comparison.md's tables of differences from the same report
   (`<!-- figures:convergence-width -->`, `convergence-conditions`: REPORT_TABLES);
 - docs/model.md's table of attention modes from the registry (each mode's file: its score, its
-  use; the parameter counts built from it), between `<!-- figures:attention-modes -->` markers.
+  use; the parameter counts built from it), between `<!-- figures:attention-modes -->` markers;
+- docs/summary.md's table of the fixed-budget grid's differences from its report
+  (`<!-- figures:cross-modal -->`: CROSS_MODAL).
 
     python maint/make_docs.py            # rewrite what changed, name each file
     python maint/make_docs.py --check    # exit 1 if anything would change (the test suite runs it)
@@ -200,6 +202,47 @@ def modes_table() -> str:
 
 MODEL = "docs/model.md"
 
+# The fixed-budget grid's table in docs/summary.md (`<!-- figures:cross-modal -->`): additive − dot
+# per feature setting, from the report it links to; the columns are its feature settings.
+SUMMARY = "docs/summary.md"
+CROSS_MODAL = "results/cross_modal/2026-12-02_02-40-44/report.json"
+CROSS_MODAL_DIMS = {"matched": "matched (512-d, whitened)",
+                    "mismatched_whitened": "mismatched (2048-d, whitened)",
+                    "mismatched": "mismatched (2048-d, standardised)"}
+CROSS_MODAL_PARTS = (("random-init ResNet-50", None), ("trained ResNet-50", "cross_modal_trained"))
+
+
+def _difference(d: dict) -> str:
+    """'+14.1% [12.0, 16.3] / [11.3, 17.0]': relative additive − dot, its CI over seeds, then
+    over test images; bold where the seeds' interval excludes zero."""
+    lo, hi = d["rel_pct_seed"]
+    value = f"{d['rel_pct']:+.1f}%"
+    value = f"**{value}**" if lo > 0 or hi < 0 else value
+    blo, bhi = d["rel_pct_boot"]
+    return f"{value} [{lo:.1f}, {hi:.1f}] / [{blo:.1f}, {bhi:.1f}]"
+
+
+def cross_modal_table(report: dict) -> str:
+    rows = []
+    for label, section in CROSS_MODAL_PARTS:
+        part = report if section is None else report["sections"][section]
+        diffs = {(d["decoder"], d["dims"]): d for d in part["diffs"]}
+        unpaired = {(u["decoder"], u["dims"]): u["counted"] for u in part["unpaired"]}
+        for decoder in dict.fromkeys(dec for dec, _ in [*diffs, *unpaired]):
+            cells = []
+            for dims in CROSS_MODAL_DIMS:
+                if (decoder, dims) in diffs:
+                    cells.append(_difference(diffs[decoder, dims]))
+                elif (decoder, dims) in unpaired:
+                    counted = unpaired[decoder, dims]
+                    cells.append("no pair (runs that beat their blind run: " + ", ".join(
+                        f"{mode} {n}" for mode, n in counted.items()) + ")")
+                else:
+                    cells.append("")
+            name = decoder.capitalize() if decoder == "transformer" else decoder.upper()
+            rows.append([label, name, *cells])
+    return _table(["features", "decoder", *CROSS_MODAL_DIMS.values()], "llrrr", rows)
+
 # The convergence report's tables the docs quote, by the rows they take (decoder, dims or
 # "first − second" conditions); the numbers come from the newest committed report.
 REPORT_TABLES = {
@@ -231,6 +274,10 @@ def generated() -> dict[str, str]:
         for name in QUOTING:
             out[name] = report_tables(out.get(name, (ROOT / name).read_text()), report)
     out[BENCHMARKS] = render_figures((ROOT / BENCHMARKS).read_text(), json.loads(FIGURES.read_text()))
+    cross_modal = json.loads((ROOT / CROSS_MODAL).read_text())
+    summary = out.get(SUMMARY, (ROOT / SUMMARY).read_text())
+    out[SUMMARY] = MARK.sub(lambda m: f"{m.group(1)}\n{cross_modal_table(cross_modal)}\n{m.group(4)}"
+                            if m.group(2) == "cross-modal" else m.group(0), summary)
     out[MODEL] = MARK.sub(lambda m: f"{m.group(1)}\n{modes_table()}\n{m.group(4)}"
                           if m.group(2) == "attention-modes" else m.group(0), (ROOT / MODEL).read_text())
     return out
