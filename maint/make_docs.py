@@ -10,7 +10,9 @@
 - docs/model.md's table of attention modes from the registry (each mode's file: its score, its
   use; the parameter counts built from it), between `<!-- figures:attention-modes -->` markers;
 - docs/summary.md's table of the fixed-budget grid's differences from its report
-  (`<!-- figures:cross-modal -->`: CROSS_MODAL).
+  (`<!-- figures:cross-modal -->`: CROSS_MODAL);
+- docs/results.md's table of runs on the built-in data from the records results/builtin/index.json
+  lists (`<!-- figures:builtin-runs -->`).
 
     python maint/make_docs.py            # rewrite what changed, name each file
     python maint/make_docs.py --check    # exit 1 if anything would change (the test suite runs it)
@@ -266,6 +268,37 @@ def report_tables(text: str, report: dict) -> str:
     return MARK.sub(table, text)
 
 
+# docs/results.md's table of runs on the built-in data (`<!-- figures:builtin-runs -->`): one row
+# per run that results/builtin/index.json lists, from the record it wrote.
+RESULTS = "docs/results.md"
+BUILTIN = "results/builtin"
+BUILTIN_COLUMNS = ["command", "test BLEU-1", "BLEU-4", "CIDEr-D", "attr acc (joint)", "colour", "shape",
+                   "size", "position", "grounding (x uniform)", "entropy (nats)", "wall",
+                   "CPU, threads, precision, commit"]
+
+
+def builtin_table() -> str:
+    index = _read(f"{BUILTIN}/index.json")
+    rows = []
+    for run in index["runs"]:
+        folder = f"{BUILTIN}/{run['name']}"
+        if not (ROOT / folder / run["record"]).is_file():
+            raise SystemExit(f"error: {folder}/{run['record']} is missing; {BUILTIN}/index.json lists it")
+        r = _read(f"{folder}/{run['record']}")
+        metric = [r.get(f"test/{k}") for k in ("bleu1", "bleu4", "cider", "attr_acc", "attr_acc_colour",
+                                                "attr_acc_shape", "attr_acc_size", "attr_acc_position",
+                                                "grounding_ratio", "attn_entropy")]
+        wall = r.get("wall_time_s")
+        threads = r.get("threads") and f"{r['threads']} thread{'s' if r['threads'] != 1 else ''}"
+        where = ", ".join(str(x) for x in (r.get("machine"), threads, r.get("train_precision"),
+                                           str(r.get("git_commit", ""))[:7]) if x)
+        rows.append([f"`{run['command']}` ([record]({Path('..', folder, run['record']).as_posix()}))",
+                     *[_f(v, 3) if v is not None else "" for v in metric[:-2]],
+                     _f(metric[-2], 2), _f(metric[-1], 2),
+                     f"{wall / 60:.1f} min" if wall else "", where or run.get("where", "")])
+    return _table(BUILTIN_COLUMNS, "l" + "r" * 11 + "l", rows)
+
+
 def generated() -> dict[str, str]:
     """{file: its text as generated} for every file with generated parts."""
     out = verdict.generated(ROOT)
@@ -278,6 +311,8 @@ def generated() -> dict[str, str]:
     summary = out.get(SUMMARY, (ROOT / SUMMARY).read_text())
     out[SUMMARY] = MARK.sub(lambda m: f"{m.group(1)}\n{cross_modal_table(cross_modal)}\n{m.group(4)}"
                             if m.group(2) == "cross-modal" else m.group(0), summary)
+    out[RESULTS] = MARK.sub(lambda m: f"{m.group(1)}\n{builtin_table()}\n{m.group(4)}"
+                            if m.group(2) == "builtin-runs" else m.group(0), (ROOT / RESULTS).read_text())
     out[MODEL] = MARK.sub(lambda m: f"{m.group(1)}\n{modes_table()}\n{m.group(4)}"
                           if m.group(2) == "attention-modes" else m.group(0), (ROOT / MODEL).read_text())
     return out

@@ -1,7 +1,8 @@
-"""The fixed-budget grid's table in docs/summary.md (which the README's verdict paragraph links
-to) is generated from the committed report it names (maint/make_docs.py: cross_modal_table):
-every number is the report.json's, rounded as printed, and a number changed in the report moves
-in the table; `make docs` leaves the committed page unchanged (tests/test_docs_generated.py)."""
+"""Tables the docs quote from committed records (maint/make_docs.py). docs/summary.md's table of
+the fixed-budget grid (the README's verdict paragraph links to it) comes from the report it
+names: every number is the report.json's, rounded as printed, and a number changed in the report
+moves in the table. docs/results.md's runs table comes from results/builtin's records the same
+way. `make docs` leaves the committed pages unchanged (tests/test_docs_generated.py)."""
 
 import copy
 import importlib.util
@@ -45,3 +46,29 @@ def test_a_number_changed_in_the_report_moves_in_the_table():
     assert make_docs.cross_modal_table(changed) != make_docs.cross_modal_table(REPORT)
     summary = (ROOT / make_docs.SUMMARY).read_text()
     assert make_docs.cross_modal_table(REPORT) in summary
+
+
+def test_the_builtin_runs_table_is_each_records(monkeypatch):
+    """docs/results.md's runs table: each row's figures are its record's, a changed record moves
+    its row, and a record the index lists but the repository lacks stops `make docs`, naming it."""
+    import pytest
+
+    table = make_docs.builtin_table()
+    record = json.loads((ROOT / make_docs.BUILTIN / "make_train" / "results.json").read_text())
+    row = next(line for line in table.splitlines() if line.startswith("| `make train`"))
+    assert f"| {record['test/bleu4']:.3f} | {record['test/cider']:.3f} |" in row
+    read = make_docs._read
+
+    def changed(rel: str) -> dict:
+        out = read(rel)
+        if rel.endswith("make_train/results.json"):
+            out = {**out, "test/bleu4": out["test/bleu4"] + 0.001}
+        return out
+
+    monkeypatch.setattr(make_docs, "_read", changed)
+    assert make_docs.builtin_table() != table
+    monkeypatch.setattr(make_docs, "BUILTIN", "results/no_such_folder")
+    monkeypatch.setattr(make_docs, "_read", lambda rel: {"runs": [{"name": "x", "command": "c",
+                                                                   "record": "results.json"}]})
+    with pytest.raises(SystemExit, match="no_such_folder/x/results.json is missing"):
+        make_docs.builtin_table()
