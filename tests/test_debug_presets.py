@@ -113,3 +113,11 @@ def test_limited_batches_read_and_extract_only_the_images_they_reach(tmp_path):
     first_test = [str(r.image_id) for r in records if r.split == "test"][:evaluated]
     predictions = json.loads((tmp_path / "run" / "predictions.json").read_text())
     assert [str(p["image_id"]) for p in predictions] == first_test
+    # the vocabulary is the whole training split's, so the run's checkpoint fits a full run's
+    from captioning import load_checkpoint
+    from captioning.data.vocab import Vocabulary
+
+    _, vocab, _ = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    whole = Vocabulary.build((c for r in records if r.split == "train" for c in r.captions),
+                             plain["data"]["min_word_freq"])
+    assert vocab.itos == whole.itos

@@ -238,15 +238,18 @@ def usable_data(data_cfg: dict, enc_cfg: dict, training: bool = False,
 
 
 def prepare_data(data_cfg: dict, enc_cfg: dict, first: dict[str, int] | None = None) -> PreparedData:
-    """usable_data, then the vocabulary from the training captions and the normaliser
-    fitted on training features (of the images it reads: `first`, as usable_data)."""
+    """usable_data, then the vocabulary from the training captions (all of the split's, also
+    where `first` cuts it) and the normaliser fitted on training features (of the images it
+    reads: `first`, as usable_data)."""
     data = usable_data(data_cfg, enc_cfg, training=True, first=first)
     train = data.split_indices("train")
     if not train:
         raise UserError("the dataset has no readable training images")
-    data.vocab = Vocabulary.build(
-        (c for i in train for c in data.records[i].captions), data_cfg["min_word_freq"]
-    )
+    captions = (c for i in train for c in data.records[i].captions)
+    if first and "train" in first:  # the whole split's words: a limited run's checkpoint fits a
+        # full run's vocabulary (init_from, evaluation), and captions need no features
+        captions = (c for r in load_dataset_records(data_cfg)[0] if r.split == "train" for c in r.captions)
+    data.vocab = Vocabulary.build(captions, data_cfg["min_word_freq"])
     data.normalizer = _fit(data, train, data_cfg, enc_cfg)
     return data
 

@@ -47,7 +47,8 @@ class Trainer(Dict[str, Any]):  # noqa: UP006
     enable_progress_bar: bool = True
     # An int (batches) or a fraction: shorter epochs for quick checks. An int also cuts the split
     # to the images its batches reach (its first int x batch size), so only those are extracted:
-    # each epoch draws its batches from those (lit/datamodule.py: images_reached).
+    # each epoch draws its batches from those; the vocabulary is still the whole split's
+    # (lit/datamodule.py: images_reached).
     limit_train_batches: Any = None
     limit_val_batches: Any = None
     limit_test_batches: Any = None
