@@ -42,6 +42,7 @@ from tqdm import tqdm
 
 from ..errors import UserError
 from ..models.attention.position import grid_side
+from ..models.encoder import global_first
 from ..provenance import fingerprint
 from ..schema.fields import unset
 from ..schema.model import FEATURE_FORMATS
@@ -312,7 +313,7 @@ def precomputed_features(records: list[ImageRecord], enc_cfg: dict,
     -> (features with counts and boxes, per record "" or why it is skipped)."""
     source = Source(enc_cfg)
     grid = bool(enc_cfg.get("grid"))
-    found = scan(source, records, grid, int(bool(enc_cfg.get("global_first"))))
+    found = scan(source, records, grid, int(global_first(enc_cfg)))
     _check_dim(enc_cfg, found.width)
     ids = [str(r.image_id) for r in records]
     boxes = source.has_boxes
