@@ -293,7 +293,7 @@ def builtin_table() -> str:
         where = ", ".join(str(x) for x in (r.get("machine"), threads, r.get("train_precision"),
                                            str(r.get("git_commit", ""))[:7]) if x)
         rows.append([f"`{run['command']}` ([record]({Path('..', folder, run['record']).as_posix()}))",
-                     *[_f(v, 3) if v is not None else "" for v in metric[:-2]],
+                     *[_f(v, 3) for v in metric[:-2]],
                      _f(metric[-2], 2), _f(metric[-1], 2),
                      f"{wall / 60:.1f} min" if wall else "", where or run.get("where", "")])
     return _table(BUILTIN_COLUMNS, "l" + "r" * 11 + "l", rows)
@@ -308,14 +308,17 @@ def generated() -> dict[str, str]:
             out[name] = report_tables(out.get(name, (ROOT / name).read_text()), report)
     out[BENCHMARKS] = render_figures((ROOT / BENCHMARKS).read_text(), json.loads(FIGURES.read_text()))
     cross_modal = json.loads((ROOT / CROSS_MODAL).read_text())
-    summary = out.get(SUMMARY, (ROOT / SUMMARY).read_text())
-    out[SUMMARY] = MARK.sub(lambda m: f"{m.group(1)}\n{cross_modal_table(cross_modal)}\n{m.group(4)}"
-                            if m.group(2) == "cross-modal" else m.group(0), summary)
-    out[RESULTS] = MARK.sub(lambda m: f"{m.group(1)}\n{builtin_table()}\n{m.group(4)}"
-                            if m.group(2) == "builtin-runs" else m.group(0), (ROOT / RESULTS).read_text())
-    out[MODEL] = MARK.sub(lambda m: f"{m.group(1)}\n{modes_table()}\n{m.group(4)}"
-                          if m.group(2) == "attention-modes" else m.group(0), (ROOT / MODEL).read_text())
+    out[SUMMARY] = _filled(out.get(SUMMARY, (ROOT / SUMMARY).read_text()), "cross-modal",
+                           cross_modal_table(cross_modal))
+    out[RESULTS] = _filled((ROOT / RESULTS).read_text(), "builtin-runs", builtin_table())
+    out[MODEL] = _filled((ROOT / MODEL).read_text(), "attention-modes", modes_table())
     return out
+
+
+def _filled(text: str, name: str, table: str) -> str:
+    """`text` with the part between its `figures:name` markers replaced by `table`."""
+    return MARK.sub(lambda m: f"{m.group(1)}\n{table}\n{m.group(4)}" if m.group(2) == name else m.group(0),
+                    text)
 
 
 def main() -> int:
