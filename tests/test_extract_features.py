@@ -62,8 +62,7 @@ def test_chosen_splits_only_and_a_wrong_split_named(store, tmp_path):
 
 
 @pytest.mark.parametrize("encoder", ["resnet18", "vit_b_16"])
-def test_training_on_the_extracted_files_captions_as_training_on_the_encoder(store, tmp_path, data_dir,
-                                                                             encoder):
+def test_training_on_the_extracted_files_captions_as_training_on_the_encoder(tmp_path, data_dir, encoder):
     """With the command the export records (ViT: its class token is row 0, and the run is told
     encoder.global_first=true, so the decoder starts from it as it does on the encoder)."""
     from captioning.lit.training import train
