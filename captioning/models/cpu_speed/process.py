@@ -13,17 +13,15 @@ import torch
 # oneDNN kernels kept ready (its default is 1024). Each matmul shape has its own bf16 kernel; the
 # LSTM decoder's batch shrinks step by step with the captions' lengths, and forward and backward
 # of a training batch then meet more shapes than 1024 kernels hold, so bf16 training made its
-# kernels again at every step: 1.6-1.7x slower steps at the built-in run's shapes on an AMX CPU,
-# 1.15-1.17x on a Zen 4 EPYC (docs/benchmarks.md: "The hot paths"). A few KB per kernel.
+# kernels again at every step (its gain per CPU: the package's docstring). A few KB per kernel.
 ONEDNN_KERNEL_CACHE = 16384
 
 # glibc malloc options (mallopt's parameter numbers, malloc.h) and the values set_malloc() gives
 # them. A training step allocates and frees tensors of 1-30 MB (the (B, N, A) buffer of additive
 # attention at every step, the logits, the gradients); by default glibc serves sizes past its
 # threshold with fresh mmaps and hands freed heap back to the kernel, so each step page-faults
-# its memory in again (zeroed by the kernel). Keeping it: the LSTM + additive bf16 training step
-# 0.54-0.55 s -> 0.47-0.49 s (8 steps), and make train's model 0.49-0.53 s -> 0.41-0.42 s (60
-# steps), on a Zen 4 EPYC (docs/benchmarks.md); not yet measured on a second CPU kind.
+# its memory in again (zeroed by the kernel). Keeping it: its gain per CPU in the package's
+# docstring.
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
 MALLOC_OPTIONS = {
     M_MMAP_THRESHOLD: 32 << 20,  # glibc's largest: below 32 MB, reuse the heap, never mmap
