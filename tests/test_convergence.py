@@ -4,6 +4,7 @@ epochs_trained, stopped_early_after, at_epoch), and a fixed thread count."""
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -130,3 +131,27 @@ def test_early_stopping_on_the_smoothed_curve_ends_a_flat_run(tiny_cfg):
                              "decode.beam_size=1"))
     assert results["stopped_early_after"] == 2 and results["best_epoch"] == 1
     assert all("val/bleu4_smooth" in e for e in results["val_curve"])
+
+
+def test_the_compute_is_counted_per_part_and_a_cell_of_both_sweep_and_grid_once(tmp_path):
+    """convergence.tally: runs and core-hours from each cell's cpu_s, split per decoder x
+    features x role; a cell the sweep and the grid share (one hash, one folder) is the grid's."""
+    from captioning.compare.convergence import tally
+    from captioning.compare.grid import Cell
+
+    def cell(name: str, cpu_s: float) -> Path:
+        out = tmp_path / name
+        out.mkdir()
+        (out / "results.json").write_text(json.dumps({"cpu_s": cpu_s, "git_commit": "abc"}))
+        return out
+
+    shared, swept, other = cell("shared", 3600), cell("swept", 1800), cell("other", 7200)
+    grid = {Cell("lstm", "matched", "additive", 0, 1e-3): shared,
+            Cell("lstm", "native512", "dot", 0, 1e-3): other}
+    sweep = {Cell("lstm", "matched", "additive", 0, 1e-3): shared,
+             Cell("lstm", "matched", "additive", 0, 3e-3): swept}
+    out = tally(grid, sweep)
+    assert out["runs"] == 3 and out["cpu_h"] == 3.5
+    assert [(p["dims"], p["role"], p["cells"], p["cpu_h"]) for p in out["cost"]] == [
+        ("matched", "sweep", 1, 0.5), ("matched", "grid", 1, 1.0), ("native512", "grid", 1, 2.0)]
+    assert tally(grid)["cost"] == [p for p in out["cost"] if p["role"] == "grid"]

@@ -188,14 +188,30 @@ def convergence_report(dirs: dict[Cell, Path], references: dict, spec: dict,
             for c in by_seed.values()}
     return {"rows": rows, "gaps": gaps, "interactions": interactions, "curves": curves,
             "stages": stages, "bootstrap_samples": samples,
-            **tally({dirs[c]: r for c, r in cells.results.items()})}
+            **tally(dirs)}
 
 
-def tally(results: dict[Path, dict]) -> dict:
-    """{cell dir: results.json} -> the report's compute (runs, CPU core-hours from each cell's
-    cpu_s) and provenance rows (commit, threads, machine, precision: each cell's own record)."""
+def tally(grid: dict[Cell, Path], sweep: dict[Cell, Path] | None = None) -> dict:
+    """The grid's and its sweep's finished cells -> the report's compute (runs, CPU core-hours
+    from each cell's cpu_s; a cell in both, one hash, counted once, as the grid's), its cost per
+    part (`cost`) and provenance rows (commit, threads, machine, precision: each cell's own
+    record)."""
+    roles = {**{out: (c, "sweep") for c, out in (sweep or {}).items()},
+             **{out: (c, "grid") for c, out in grid.items()}}
+    results = {out: json.loads((out / "results.json").read_text()) for out in roles}
     return {"runs": len(results), "cpu_h": sum(r.get("cpu_s", 0) for r in results.values()) / 3600,
-            "provenance": cell_provenance(results)}
+            "cost": cost(roles, results), "provenance": cell_provenance(results)}
+
+
+def cost(roles: dict[Path, tuple[Cell, str]], results: dict[Path, dict]) -> list[dict]:
+    """Cells and CPU core-hours per part (decoder x feature setting x role), the sweep's part
+    of each before its grid's."""
+    parts: dict[tuple[str, str, str], list[float]] = {}
+    for out, (cell, role) in roles.items():
+        parts.setdefault((cell.decoder, cell.dims, role), []).append(results[out].get("cpu_s", 0))
+    order = sorted(parts, key=lambda part: (*part[:2], part[2] != "sweep"))
+    return [{"decoder": d, "dims": dims, "role": role, "cells": len(parts[d, dims, role]),
+             "cpu_h": sum(parts[d, dims, role]) / 3600} for d, dims, role in order]
 
 
 def _ci(ci: dict, digits: int = 3) -> str:
@@ -278,7 +294,10 @@ def convergence_markdown(report: dict, figure: str | None = None) -> str:
               f"whose results root holds it{every}.", "", *provenance_markdown(report["provenance"])]
     lines += throughput_markdown(report.get("throughput") or {})
     lines += ["", f"Compute: {report['runs']} runs{every}, {report['cpu_h']:.2f} CPU core-hours (each "
-              "run's cpu_s)."]
+              "run's cpu_s); per part:", "", "| decoder | features | cells of | runs | CPU core-hours |",
+              "|---|---|---|---:|---:|"]
+    lines += [f"| {p['decoder']} | {p['dims']} | {p['role']} | {p['cells']} | {p['cpu_h']:.2f} |"
+              for p in report.get("cost", [])]
     return "\n".join(lines) + "\n"
 
 

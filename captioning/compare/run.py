@@ -219,8 +219,7 @@ def _convergence(cfg: DictConfig, spec: dict, dirs: dict[Cell, Path], runner: Gr
         add_margins(report["sweep"], {group_of(r): r["val_best"] for r in report["rows"]})
         # compute and provenance of the whole study: the sweep's seed-0 cells at the chosen
         # rates are grid cells (one hash), counted once
-        every = {d: json.loads((d / "results.json").read_text()) for d in {*dirs.values(), *swept.values()}}
-        report.update(tally(every))
+        report.update(tally(dirs, swept))
         figure = save_sweep_curves(report["sweep"], out)
         sweep = ("### Learning rates (experiment=convergence_sweep)\n\n"
                  + sweep_markdown(report["sweep"], lrs)
