@@ -10,9 +10,15 @@
 - docs/model.md's table of attention modes from the registry (each mode's file: its score, its
   use; the parameter counts built from it), between `<!-- figures:attention-modes -->` markers;
 - docs/summary.md's table of the fixed-budget grid's differences from its report
-  (`<!-- figures:cross-modal -->`: CROSS_MODAL);
+  (`<!-- figures:cross-modal -->`: CROSS_MODAL) and its speed and memory bullets from the
+  benchmark, the peer pairs and the store's memory record (`summary-speed`);
 - docs/results.md's table of runs on the built-in data from the records results/builtin/index.json
-  lists (`<!-- figures:builtin-runs -->`).
+  lists (`<!-- figures:builtin-runs -->`);
+- docs/benchmark_cpu.md, whole, from docs/benchmark_cpu.json (the tables scripts/benchmark.py
+  prints for that result: `captioning.benchmark.markdown`);
+- docs/model.md's attention-zoo table and docs/comparison.md's compute per part from their
+  reports, and any doc's `<!-- figures:NAME -->` where results/measurements/NAME.json is the
+  record of a measurement (maint/docs_records.py).
 
     python maint/make_docs.py            # rewrite what changed, name each file
     python maint/make_docs.py --check    # exit 1 if anything would change (the test suite runs it)
@@ -24,19 +30,24 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import sys
 from dataclasses import MISSING
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "maint"))
 
-from captioning.benchmark import config_fields  # noqa: E402
+from docs_records import ZOO, _table, cost_table, measurement_names, measurement_table, zoo_table  # noqa: E402
+
+from captioning.benchmark import config_fields, markdown  # noqa: E402
 from captioning.compare import verdict  # noqa: E402
 from captioning.errors import ArgumentParser  # noqa: E402
 
 FIGURES = ROOT / "docs" / "figures.json"
 BENCHMARKS = "docs/benchmarks.md"
+BENCHMARK_CPU = "docs/benchmark_cpu"  # .json: a benchmark's result; .md: its tables
 MARK = re.compile(r"(<!-- figures:([\w-]+) -->)(.*?)(<!-- /figures:\2 -->)", re.S)
 
 
@@ -83,12 +94,6 @@ def _ours(result: dict) -> tuple[float | None, float | None]:
     train = result.get("train", {}).get(f"lstm/additive/{precision}", {})
     greedy = result.get("decode", {}).get("greedy_lstm", {})
     return train.get("captions_per_s"), greedy.get("images_per_s")
-
-
-def _table(header: list[str], align: str, rows: list[list[str]]) -> str:
-    """A markdown table; align: one letter per column, l (text) or r (a number)."""
-    rule = ["---:" if a == "r" else "---" for a in align]
-    return "\n".join("| " + " | ".join(cells) + " |" for cells in [header, rule, *rows])
 
 
 MACHINE_COLUMNS = ["CPU", "date, commit", "precision chosen", "matmul peak fp32 / bf16, TFLOP/s",
@@ -141,6 +146,49 @@ def peer_table(figures: dict) -> str:
     return _table(PEER_COLUMNS, "lllrlrlr", rows)
 
 
+def _span(values: list[float]) -> str:
+    """'3.0x' for one value; the median and the range for several ('3.0x, 2.9-4.8x')."""
+    lo, hi, mid = min(values), max(values), statistics.median(values)
+    return f"{mid:.1f}x" if len(values) == 1 else f"{mid:.1f}x (median; {lo:.1f}-{hi:.1f}x)"
+
+
+def summary_speed(figures: dict) -> str:
+    """docs/summary.md's bullets on speed and memory, from the benchmark result, the peer pairs
+    and the feature store's memory record (each number once, in its JSON)."""
+    machine = next(m for m in figures["machines"] if m["file"] == f"{BENCHMARK_CPU}.json")
+    ratios = _read(machine["file"])["ratios"]
+    beam = [ratios[f"beam_batched_vs_per_image_{d}"] for d in ("lstm", "transformer")]
+    by_cpu: dict[str, tuple[list[float], list[float]]] = {}
+    for p in figures["peer"]["pairs"]:
+        ours, peer = _read(p["ours"]), _read(p["peer"])
+        train, greedy = _ours(ours)
+        peer_train = peer["train"].get("updown/spi1", {}).get("captions_per_s")
+        peer_greedy = peer.get("decode", {}).get("greedy/updown", {}).get("images_per_s")
+        trains, greedies = by_cpu.setdefault(p["cpu"], ([], []))
+        if train and peer_train:
+            trains.append(train / peer_train)
+        if greedy and peer_greedy:
+            greedies.append(greedy / peer_greedy)
+    store = _read("results/measurements/store_memory.json")["rows"]
+    lines = [
+        f"- Speed ({machine['cpu']}): the LSTM training step with keys prepared once per image is "
+        f"{ratios['train_lstm_additive_fp32_vs_naive_fp32']:.2f}x the naive tutorial-style step; batched "
+        f"beam search is {min(beam):.1f}-{max(beam):.1f}x one image at a time; the Transformer's KV "
+        f"cache makes decoding {ratios['transformer_cache_speedup']:.1f}x faster "
+        "([benchmarks.md](benchmarks.md)).",
+        f"- Against {figures['peer']['name']} at the same shapes, side by side "
+        "([benchmarks.md](benchmarks.md), the peer table; our precision chosen by measurement):"]
+    lines += [f"  {cpu}: LSTM + additive training {_span(t)} its captions/s, greedy decoding {_span(g)} "
+              f"({len(t)} pair{'s' if len(t) > 1 else ''})." for cpu, (t, g) in by_cpu.items()]
+    lines.append(
+        f"- Real data: features live in an on-disk store read row by row; with "
+        f"{store[-1]['images'] / store[0]['images']:.0f}x the images training needs "
+        f"{store[-1]['train_mb'] / store[0]['train_mb']:.2f}x the memory and evaluation "
+        f"{store[-1]['eval_mb'] / store[0]['eval_mb']:.2f}x ([benchmarks.md](benchmarks.md), the feature "
+        "store).")
+    return "\n".join(lines)
+
+
 def cpu_speed_table(figures: dict) -> str:
     """Each CPU trick's speed-up (time without / with) per measured machine, from the results
     of `scripts/benchmark.py --sections cpu_speed` that figures.json lists."""
@@ -160,6 +208,8 @@ TABLES = {"machines": machines_table, "peer": peer_table, "cpu-speed": cpu_speed
 
 def render_figures(text: str, figures: dict) -> str:
     def table(m: re.Match) -> str:
+        if m.group(2) in measurement_names():
+            return m.group(0)  # filled from its record (generated)
         if m.group(2) not in TABLES:
             raise SystemExit(f"error: {BENCHMARKS}: unknown table figures:{m.group(2)}; "
                              f"known: {', '.join(TABLES)}")
@@ -254,7 +304,8 @@ REPORT_TABLES = {
                                ("lstm", "mismatched_whitened − native512"), ("lstm", "grid7"),
                                ("lstm", "grid7 − mismatched_whitened"), ("lstm", "query_projected")],
 }
-QUOTING = ("README.md", "docs/comparison.md")
+COMPARISON = "docs/comparison.md"
+QUOTING = ("README.md", COMPARISON)
 
 
 def report_tables(text: str, report: dict) -> str:
@@ -306,12 +357,22 @@ def generated() -> dict[str, str]:
         report = json.loads(path.read_text())
         for name in QUOTING:
             out[name] = report_tables(out.get(name, (ROOT / name).read_text()), report)
+        out[COMPARISON] = _filled(out[COMPARISON], "convergence-cost", cost_table(report))
     out[BENCHMARKS] = render_figures((ROOT / BENCHMARKS).read_text(), json.loads(FIGURES.read_text()))
     cross_modal = json.loads((ROOT / CROSS_MODAL).read_text())
-    out[SUMMARY] = _filled(out.get(SUMMARY, (ROOT / SUMMARY).read_text()), "cross-modal",
-                           cross_modal_table(cross_modal))
+    out[SUMMARY] = _filled(_filled(out.get(SUMMARY, (ROOT / SUMMARY).read_text()), "cross-modal",
+                                   cross_modal_table(cross_modal)),
+                           "summary-speed", summary_speed(json.loads(FIGURES.read_text())))
     out[RESULTS] = _filled((ROOT / RESULTS).read_text(), "builtin-runs", builtin_table())
-    out[MODEL] = _filled((ROOT / MODEL).read_text(), "attention-modes", modes_table())
+    out[MODEL] = _filled(_filled((ROOT / MODEL).read_text(), "attention-modes", modes_table()),
+                         "attention-zoo", zoo_table(_read(ZOO)))
+    out[f"{BENCHMARK_CPU}.md"] = markdown(_read(f"{BENCHMARK_CPU}.json"))
+    for name in sorted({*out, *(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))}):
+        text = out.get(name, (ROOT / name).read_text())
+        for record in measurement_names():
+            text = _filled(text, record, measurement_table(record))
+        if text != (ROOT / name).read_text() or name in out:
+            out[name] = text
     return out
 
 

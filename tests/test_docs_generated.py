@@ -67,3 +67,106 @@ def test_the_docs_quote_the_reports_rows_and_a_changed_number_changes_them():
     assert make_docs.report_tables(readme, moved) != readme
     with pytest.raises(ValueError, match="no differences"):
         difference_table(report, [("lstm", "no_such_dims")])
+
+
+def test_the_benchmark_page_is_its_result_rendered():
+    """docs/benchmark_cpu.md is `markdown(docs/benchmark_cpu.json)`; a changed figure moves it."""
+    from captioning.benchmark import markdown
+
+    result = json.loads((ROOT / f"{make_docs.BENCHMARK_CPU}.json").read_text())
+    page = make_docs.generated()[f"{make_docs.BENCHMARK_CPU}.md"]
+    assert page == markdown(result) == (ROOT / f"{make_docs.BENCHMARK_CPU}.md").read_text()
+    result["train"]["lstm/additive/fp32"]["captions_per_s"] += 10
+    assert markdown(result) != page
+
+
+def test_every_measurement_record_is_a_table_of_a_doc_and_its_figures_are_the_records():
+    """Each results/measurements/*.json names its command, machine and source, and fills the
+    markers of at least one doc; each of its numbers is in that table as its column formats it;
+    a difference or ratio column is computed from the row; a changed figure moves the table."""
+    import docs_records
+
+    docs = {p: p.read_text() for p in [*(ROOT / "docs").glob("*.md"), ROOT / "README.md"]}
+    names = docs_records.measurement_names()
+    assert names
+    for name in names:
+        record = json.loads((ROOT / docs_records.MEASUREMENTS / f"{name}.json").read_text())
+        assert record["command"] and record["measured"] and record["source"] and record["about"]
+        table = docs_records.measurement_table(name)
+        assert [p for p, text in docs.items() if f"<!-- figures:{name} -->\n{table}\n" in text], name
+        for row in record["rows"]:
+            for col in record["columns"]:
+                value = row.get(col["key"])
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    assert col.get("format", "{}").format(value) in table, (name, col["key"])
+        keys = {c["key"] for c in record["columns"]}
+        assert all(set(r) - {"bold"} <= keys for r in record["rows"]), name  # no figure left unshown
+    gap = docs_records.measurement_table("new_modes_blind").splitlines()[2]
+    assert "| 0.543 | 0.238 | +0.305 |" in gap
+    store = docs_records.measurement_table("store_memory")
+    assert "4,605 MB (1.15x)" in store and "4,019 MB |" in store
+    real = docs_records._read
+
+    def moved(rel: str) -> dict:
+        out = real(rel)
+        if rel.endswith("scst.json"):
+            out = copy.deepcopy(out)
+            out["rows"][0]["cider"] += 0.1
+        return out
+
+    before = docs_records.measurement_table("scst")
+    docs_records._read = moved
+    try:
+        assert docs_records.measurement_table("scst") != before
+    finally:
+        docs_records._read = real
+
+
+def test_the_zoo_and_cost_tables_are_their_reports():
+    """docs/model.md's every-mode table: a row per mode of the zoo's report (mixed, the same
+    runs as additive, named in its row; the blind run last); docs/comparison.md's compute per
+    part sums to the report's total runs and core-hours; changed figures move both."""
+    import docs_records
+
+    from captioning.compare import verdict
+
+    zoo = json.loads((ROOT / docs_records.ZOO).read_text())
+    table = docs_records.zoo_table(zoo)
+    lines = table.splitlines()[2:]
+    modes = {r["attention"] for r in zoo["rows"]} - {"mixed"}
+    assert len(lines) == len(modes) and lines[-1].startswith("| blind")
+    assert "| additive (= mixed here) |" in table
+    for r in zoo["rows"]:
+        assert f"{r['bleu4']['mean']:.3f} ± {r['bleu4']['std']:.3f}" in table
+    changed = copy.deepcopy(zoo)
+    changed["rows"][0]["bleu4"]["mean"] += 0.01
+    assert docs_records.zoo_table(changed) != table
+    report = json.loads(verdict.newest_report(ROOT).read_text())
+    cost = docs_records.cost_table(report)
+    assert f"| **total** | **{report['runs']}** | **{report['cpu_h']:.1f}** |" in cost
+    assert sum(p["cells"] for p in report["cost"]) == report["runs"]
+    assert abs(sum(p["cpu_h"] for p in report["cost"]) - report["cpu_h"]) < 1e-6
+    assert f"<!-- figures:convergence-cost -->\n{cost}\n" in (ROOT / make_docs.COMPARISON).read_text()
+
+
+def test_the_summary_figures_are_the_benchmarks_and_the_peer_pairs(monkeypatch):
+    """docs/summary.md's speed bullets: the benchmark's ratios and each CPU's pairs against the
+    peer (their count and median), made from the files figures.json lists."""
+    figures = json.loads(make_docs.FIGURES.read_text())
+    text = make_docs.summary_speed(figures)
+    assert text in (ROOT / make_docs.SUMMARY).read_text()
+    ratios = make_docs._read(f"{make_docs.BENCHMARK_CPU}.json")["ratios"]
+    assert f"{ratios['train_lstm_additive_fp32_vs_naive_fp32']:.2f}x the naive" in text
+    for cpu in {p["cpu"] for p in figures["peer"]["pairs"]}:
+        n = sum(p["cpu"] == cpu for p in figures["peer"]["pairs"])
+        assert f"{cpu}: LSTM + additive training" in text and f"({n} pair" in text
+    real = make_docs._read
+
+    def faster(rel: str) -> dict:
+        out = copy.deepcopy(real(rel))
+        if rel.endswith("benchmark_cpu.json"):
+            out["ratios"]["transformer_cache_speedup"] += 1
+        return out
+
+    monkeypatch.setattr(make_docs, "_read", faster)
+    assert make_docs.summary_speed(figures) != text
