@@ -14,7 +14,8 @@
   benchmark, the peer pairs and the store's memory record (`summary-speed`);
 - docs/results.md's table of runs on the built-in data from the records results/builtin/index.json
   lists (`<!-- figures:builtin-runs -->`);
-- docs/benchmark_cpu.md, whole, from docs/benchmark_cpu.json (the tables scripts/benchmark.py
+- docs/gpu_and_cluster.md's estimate of a COCO epoch (`coco-estimate`) and docs/benchmark_cpu.md,
+  whole, from docs/benchmark_cpu.json (the tables scripts/benchmark.py
   prints for that result: `captioning.benchmark.markdown`);
 - docs/model.md's attention-zoo table and docs/comparison.md's compute per part from their
   reports, and any doc's `<!-- figures:NAME -->` where results/measurements/NAME.json is the
@@ -48,6 +49,7 @@ from captioning.errors import ArgumentParser  # noqa: E402
 FIGURES = ROOT / "docs" / "figures.json"
 BENCHMARKS = "docs/benchmarks.md"
 BENCHMARK_CPU = "docs/benchmark_cpu"  # .json: a benchmark's result; .md: its tables
+GPU_DOC = "docs/gpu_and_cluster.md"
 MARK = re.compile(r"(<!-- figures:([\w-]+) -->)(.*?)(<!-- /figures:\2 -->)", re.S)
 
 
@@ -187,6 +189,23 @@ def summary_speed(figures: dict) -> str:
         f"{store[-1]['eval_mb'] / store[0]['eval_mb']:.2f}x ([benchmarks.md](benchmarks.md), the feature "
         "store).")
     return "\n".join(lines)
+
+
+# COCO's Karpathy split with restval: training images x 5 captions; every image of the dataset
+# (train2014 + val2014) is extracted once.
+COCO_TRAIN_CAPTIONS, COCO_IMAGES = 113_287 * 5, 123_287
+
+
+def coco_estimate() -> str:
+    """docs/gpu_and_cluster.md's estimate of a COCO epoch on the benchmark's CPU: training steps
+    at its LSTM + additive captions/s, feature extraction at its encoder's images/s."""
+    result = _read(f"{BENCHMARK_CPU}.json")
+    train = result["train"][f"lstm/additive/{result['default_precision']}"]["captions_per_s"]
+    encode = result["encoder"]["from_files"]["images_per_s"]
+    return (f"- training steps: {COCO_TRAIN_CAPTIONS:,} captions at {train:.1f} captions/s, about "
+            f"{COCO_TRAIN_CAPTIONS / train / 60:.0f} minutes an epoch;\n"
+            f"- feature extraction, once (ResNet-50 at 224 px from JPEG files): {COCO_IMAGES:,} images at "
+            f"{encode:.1f} images/s, about {COCO_IMAGES / encode / 3600:.1f} h;")
 
 
 def cpu_speed_table(figures: dict) -> str:
@@ -367,6 +386,7 @@ def generated() -> dict[str, str]:
     out[MODEL] = _filled(_filled((ROOT / MODEL).read_text(), "attention-modes", modes_table()),
                          "attention-zoo", zoo_table(_read(ZOO)))
     out[f"{BENCHMARK_CPU}.md"] = markdown(_read(f"{BENCHMARK_CPU}.json"))
+    out[GPU_DOC] = _filled((ROOT / GPU_DOC).read_text(), "coco-estimate", coco_estimate())
     for name in sorted({*out, *(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))}):
         text = out.get(name, (ROOT / name).read_text())
         for record in measurement_names():

@@ -76,6 +76,8 @@ def test_the_benchmark_page_is_its_result_rendered():
     result = json.loads((ROOT / f"{make_docs.BENCHMARK_CPU}.json").read_text())
     page = make_docs.generated()[f"{make_docs.BENCHMARK_CPU}.md"]
     assert page == markdown(result) == (ROOT / f"{make_docs.BENCHMARK_CPU}.md").read_text()
+    estimate = make_docs.coco_estimate()
+    assert f"{result['train']['lstm/additive/fp32']['captions_per_s']:.1f} captions/s" in estimate
     result["train"]["lstm/additive/fp32"]["captions_per_s"] += 10
     assert markdown(result) != page
 
