@@ -83,9 +83,9 @@ def _shown(value, fmt: str) -> str:
 def measurement_table(name: str) -> str:
     """results/measurements/<name>.json as a table: a column per `columns` entry, a row per
     `rows` entry. A column: `key`, `head`, `format` (a str.format spec, "{}" by default),
-    `text` (left-aligned), `difference` ([a, b]: the row's a − b), `ratio` (true: each row after
-    the first also shows its value over the first row's). A row with `"bold": true` is the one
-    its text picks. Absent values show empty."""
+    `text` (left-aligned), `difference` / `quotient` ([a, b]: the row's a − b, a / b), `ratio`
+    (true: each row after the first also shows its value over the first row's). A row with
+    `"bold": true` is the one its text picks. Absent values show empty."""
     record = _read(f"{MEASUREMENTS}/{name}.json")
     columns, first = record["columns"], record["rows"][0]
     rows = []
@@ -93,9 +93,9 @@ def measurement_table(name: str) -> str:
         cells = []
         for c in columns:
             value = row.get(c["key"])
-            if "difference" in c:
-                a, b = (row.get(k) for k in c["difference"])
-                value = None if a is None or b is None else a - b
+            if "difference" in c or "quotient" in c:
+                a, b = (row.get(k) for k in c.get("difference") or c["quotient"])
+                value = None if a is None or b is None else a - b if "difference" in c else a / b
             cell = _shown(value, c.get("format", "{}"))
             if c.get("ratio") and row is not first and value is not None and first.get(c["key"]):
                 cell += f" ({value / first[c['key']]:.2f}x)"
