@@ -20,7 +20,7 @@ MEASUREMENTS = "results/measurements"
 ZOO = "results/attention_zoo/2026-12-02_02-41-53/report.json"
 
 
-def _table(header: list[str], align: str, rows: list[list[str]]) -> str:
+def md_table(header: list[str], align: str, rows: list[list[str]]) -> str:
     """A markdown table; align: one letter per column, l (text) or r (a number)."""
     rule = ["---:" if a == "r" else "---" for a in align]
     return "\n".join("| " + " | ".join(cells) + " |" for cells in [header, rule, *rows])
@@ -52,7 +52,7 @@ def zoo_table(report: dict) -> str:
                     f"{r['captions_per_s']['mean']:.0f}"])
     header = ["mode", "test BLEU-4", "attr acc", "grounding (x uniform)", "entropy", "attention params",
               "train captions/s"]
-    return _table(header, "lrrrrrr", out)
+    return md_table(header, "lrrrrrr", out)
 
 
 def cost_table(report: dict) -> str:
@@ -69,7 +69,7 @@ def cost_table(report: dict) -> str:
         rows.append([f"{decoder}, {dims}", split, f"{h:.1f} ({h / n:.2f})"])
         cells, hours = cells + n, hours + h
     rows.append(["**total**", f"**{cells}**", f"**{hours:.1f}**"])
-    return _table(["part", "cells: sweep + grid", "CPU core-hours (a cell)"], "lrr", rows)
+    return md_table(["part", "cells: sweep + grid", "CPU core-hours (a cell)"], "lrr", rows)
 
 
 def _shown(value, fmt: str) -> str:
@@ -105,7 +105,7 @@ def measurement_table(name: str) -> str:
         rows.append(cells)
     align = "".join("l" if c.get("text") else "r" for c in columns)
     link = f"[{MEASUREMENTS}/{name}.json](../{MEASUREMENTS}/{name}.json)"
-    return (_table([c["head"] for c in columns], align, rows)
+    return (md_table([c["head"] for c in columns], align, rows)
             + f"\n\n{record['measured']}: `{record['command']}`"
             + (f" ({record['note']})" if record.get("note") else "") + f"; record: {link}")
 

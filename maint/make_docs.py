@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "maint"))
 
-from docs_records import ZOO, _table, cost_table, measurement_names, measurement_table, zoo_table  # noqa: E402
+from docs_records import ZOO, cost_table, md_table, measurement_names, measurement_table, zoo_table  # noqa: E402
 
 from captioning.benchmark import config_fields, markdown  # noqa: E402
 from captioning.compare import verdict  # noqa: E402
@@ -119,7 +119,7 @@ def machines_table(figures: dict) -> str:
                      _f(ratios.get("beam_batched_vs_per_image_lstm"), 2),
                      _f(ratios.get(f"train_lstm_dot_over_additive_{precision}"), 2), link])
         commands.append(f"- {Path(m['file']).name}: `{command(r['config'])}`")
-    return (_table(MACHINE_COLUMNS, "lllrrrrrrl", rows)
+    return (md_table(MACHINE_COLUMNS, "lllrrrrrrl", rows)
             + "\n\nEach result's command (its `config` holds every setting):\n\n" + "\n".join(commands))
 
 
@@ -145,7 +145,7 @@ def peer_table(figures: dict) -> str:
         rows.append([p["cpu"], f"{p.get('when') or ours['date'][:16]}{note} ({links})",
                      _pair(train, peer_train), _x(train, peer_train), _pair(spi5, spi5_peer),
                      _x(spi5, spi5_peer), _pair(greedy, peer_greedy), _x(greedy, peer_greedy)])
-    return _table(PEER_COLUMNS, "lllrlrlr", rows)
+    return md_table(PEER_COLUMNS, "lllrlrlr", rows)
 
 
 def _span(values: list[float]) -> str:
@@ -219,7 +219,7 @@ def cpu_speed_table(figures: dict) -> str:
         f"{m['cpu']} ([{Path(m['file']).name}]({Path(m['file']).relative_to('docs')}))" for m, _ in runs]
     env = ["".join(f"{k}={v} " for k, v in r.get("isa_limits", {}).items()) for _, r in runs]
     commands = [f"- {Path(m['file']).name}: `{e}{command(r['config'])}`" for (m, r), e in zip(runs, env)]
-    return _table(header, "l" + "r" * len(runs), rows) + "\n\n" + "\n".join(commands)
+    return md_table(header, "l" + "r" * len(runs), rows) + "\n\n" + "\n".join(commands)
 
 
 TABLES = {"machines": machines_table, "peer": peer_table, "cpu-speed": cpu_speed_table}
@@ -268,7 +268,7 @@ def modes_table() -> str:
             matched += f" (LSTM {_params(name, 512, 512, input_dim=512):,})"
         rows.append([f"`{name}`", score, wide, matched, use])
     header = ["mode", "score (q: query, k: key)", "params, keys 2048-d", "keys 512-d", "when to use"]
-    return _table(header, "llrrl", rows)
+    return md_table(header, "llrrl", rows)
 
 
 MODEL = "docs/model.md"
@@ -312,7 +312,7 @@ def cross_modal_table(report: dict) -> str:
                     cells.append("")
             name = decoder.capitalize() if decoder == "transformer" else decoder.upper()
             rows.append([label, name, *cells])
-    return _table(["features", "decoder", *CROSS_MODAL_DIMS.values()], "llrrr", rows)
+    return md_table(["features", "decoder", *CROSS_MODAL_DIMS.values()], "llrrr", rows)
 
 # The convergence report's tables the docs quote, by the rows they take (decoder, dims or
 # "first − second" conditions); the numbers come from the newest committed report.
@@ -366,7 +366,7 @@ def builtin_table() -> str:
                      *[_f(v, 3) for v in metric[:-2]],
                      _f(metric[-2], 2), _f(metric[-1], 2),
                      f"{wall / 60:.1f} min" if wall else "", where or run.get("where", "")])
-    return _table(BUILTIN_COLUMNS, "l" + "r" * 11 + "l", rows)
+    return md_table(BUILTIN_COLUMNS, "l" + "r" * 11 + "l", rows)
 
 
 def generated() -> dict[str, str]:
