@@ -46,7 +46,10 @@ def test_every_script_is_covered():
     shipped = {p.name for p in (ROOT / "scripts").iterdir() if p.suffix in (".py", ".sh")}
     assert shipped == set(MISTAKES)
     tools = {p.name for p in (ROOT / "maint").iterdir() if p.suffix in (".py", ".sh")}
-    assert tools == set(MAINT) | {"gpu_check.sh"}
+    # a module the tools import is not a command: it has no entry point to make mistakes at
+    modules = {p.name for p in (ROOT / "maint").glob("*.py") if "__main__" not in p.read_text()}
+    assert modules == {"docs_records.py"}
+    assert tools - modules == set(MAINT) | {"gpu_check.sh"}
 
 
 @pytest.mark.parametrize("script", [f"scripts/{s}" for s in sorted(MISTAKES)]
