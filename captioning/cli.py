@@ -7,6 +7,7 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from .config_check import checked
 from .errors import report_user_errors
 from .lit import train
 from .paths import conf_dir
@@ -19,6 +20,7 @@ if not OmegaConf.has_resolver("run_stamp"):
 register()  # the config schemas the yamls name (captioning/schema/)
 
 
+@checked("train")  # an override Hydra cannot compose: one line, exit status 2
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")
 @report_user_errors  # a bad config or file: one message, exit status 2, no traceback
 def main(cfg: DictConfig) -> float:

@@ -10,12 +10,14 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from captioning.caption_files import caption_images
+from captioning.config_check import checked
 from captioning.errors import UserError, report_user_errors
 from captioning.schema import register
 
 register()  # the config schemas the yamls name (captioning/schema/)
 
 
+@checked("caption")  # an override Hydra cannot compose: one line, exit status 2
 @hydra.main(version_base="1.3", config_path="../conf", config_name="caption")
 @report_user_errors  # a bad checkpoint or path: one message, exit status 2
 def main(cfg: DictConfig) -> None:

@@ -18,12 +18,14 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from captioning.compare.run import run_comparison
+from captioning.config_check import checked
 from captioning.errors import report_user_errors
 from captioning.schema import register
 
 register()  # the config schemas the yamls name (captioning/schema/)
 
 
+@checked("compare")  # an override Hydra cannot compose: one line, exit status 2
 @hydra.main(version_base="1.3", config_path="../conf", config_name="compare")
 @report_user_errors  # a bad key or path: one message, exit status 2
 def main(cfg: DictConfig) -> None:

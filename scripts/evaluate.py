@@ -14,6 +14,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from captioning.config_check import checked
 from captioning.errors import report_user_errors
 from captioning.evaluation import evaluate_checkpoint
 from captioning.metrics.scoring import format_table
@@ -25,6 +26,7 @@ log = logging.getLogger("evaluate")
 register()  # the config schemas the yamls name (captioning/schema/)
 
 
+@checked("evaluate")  # an override Hydra cannot compose: one line, exit status 2
 @hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
 @report_user_errors  # a bad checkpoint or path: one message, exit status 2
 def main(cfg: DictConfig) -> None:

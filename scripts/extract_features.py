@@ -15,6 +15,7 @@ the rows training on the encoder reads; `extract.json` beside them says what mad
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from captioning.config_check import checked
 from captioning.data.export import export_features
 from captioning.errors import report_user_errors
 from captioning.schema import register
@@ -22,6 +23,7 @@ from captioning.schema import register
 register()  # the config schemas the yamls name (captioning/schema/)
 
 
+@checked("extract_features")  # an override Hydra cannot compose: one line, exit status 2
 @hydra.main(version_base="1.3", config_path="../conf", config_name="extract_features")
 @report_user_errors  # missing weights, a missing dataset file: one line on stderr, exit status 2
 def main(cfg: DictConfig) -> None:

@@ -12,6 +12,7 @@ import logging
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from captioning.config_check import checked
 from captioning.errors import UserError, report_user_errors
 from captioning.gallery import build_gallery
 from captioning.schema import register
@@ -22,6 +23,7 @@ log = logging.getLogger("gallery")
 register()  # the config schemas the yamls name (captioning/schema/)
 
 
+@checked("gallery")  # an override Hydra cannot compose: one line, exit status 2
 @hydra.main(version_base="1.3", config_path="../conf", config_name="gallery")
 @report_user_errors  # a missing run dir or file: one line on stderr, exit status 2
 def main(cfg: DictConfig) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from captioning.config_check import checked
 from captioning.data.dataset_report import data_report, summary
 from captioning.errors import report_user_errors
 from captioning.schema import register
@@ -27,6 +28,7 @@ log = logging.getLogger("prepare_data")
 register()  # the config schemas the yamls name (captioning/schema/)
 
 
+@checked("prepare_data")  # an override Hydra cannot compose: one line, exit status 2
 @hydra.main(version_base="1.3", config_path="../conf", config_name="prepare_data")
 @report_user_errors  # missing weights, a missing dataset file: one line on stderr, exit status 2
 def main(cfg: DictConfig) -> None:
