@@ -7,7 +7,7 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from .config_check import checked
+from .compose_check import checked
 from .errors import report_user_errors
 from .lit import train
 from .paths import conf_dir

@@ -10,7 +10,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from captioning.caption_files import caption_images
-from captioning.config_check import checked
+from captioning.compose_check import checked
 from captioning.errors import UserError, report_user_errors
 from captioning.schema import register
 

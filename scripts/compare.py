@@ -18,7 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from captioning.compare.run import run_comparison
-from captioning.config_check import checked
+from captioning.compose_check import checked
 from captioning.errors import report_user_errors
 from captioning.schema import register
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from captioning.config_check import checked
+from captioning.compose_check import checked
 from captioning.errors import report_user_errors
 from captioning.evaluation import evaluate_checkpoint
 from captioning.metrics.scoring import format_table

@@ -15,7 +15,7 @@ the rows training on the encoder reads; `extract.json` beside them says what mad
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from captioning.config_check import checked
+from captioning.compose_check import checked
 from captioning.data.export import export_features
 from captioning.errors import report_user_errors
 from captioning.schema import register

@@ -12,7 +12,7 @@ import logging
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from captioning.config_check import checked
+from captioning.compose_check import checked
 from captioning.errors import UserError, report_user_errors
 from captioning.gallery import build_gallery
 from captioning.schema import register

@@ -17,7 +17,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from captioning.config_check import checked
+from captioning.compose_check import checked
 from captioning.data.dataset_report import data_report, summary
 from captioning.errors import report_user_errors
 from captioning.schema import register

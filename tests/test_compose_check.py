@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from captioning.config_check import _variants, check_overrides
+from captioning.compose_check import _variants, check_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 
