@@ -15,6 +15,7 @@ LAYERS = {
     "errors": 0,  # UserError and the command-line wrapper: standard library only
     "rules": 0,  # a setting's allowed range (schemas and constructors): standard library only
     "paths": 0,  # where the configs are (installed or a checkout): standard library only
+    "compose_check": 1,  # a command line's overrides composed before Hydra runs it: hydra only
     "device": 1,  # which device a setting names: torch only (the CPU settings: models/cpu_speed)
     "models": 1,  # torch / torchvision only
     "schema": 2,  # every setting's default, type and range (attention's: from the constructors)
