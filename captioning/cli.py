@@ -4,11 +4,14 @@ captioning.paths.conf_dir()."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from .compose_check import checked
-from .errors import report_user_errors
+from .errors import UserError, report_user_errors
 from .lit import train
 from .paths import conf_dir
 from .provenance import run_stamp
@@ -28,5 +31,25 @@ def main(cfg: DictConfig) -> float:
     its direction is checkpoint.mode): the objective a sweeper optimises (`-m` with an Optuna or
     other sweeper). Never a test score: tuning on it would be choosing on the test split. NaN
     when no validation ran."""
-    best = train(cfg)["best_score"]
+    try:
+        best = train(cfg)["best_score"]
+    except UserError:
+        _remove_unstarted_run_dir()
+        raise
     return float("nan") if best is None else best
+
+
+# What Hydra writes into a run dir before train() is called: a refused config leaves only these
+UNSTARTED = {".hydra", "train.log"}
+
+
+def _remove_unstarted_run_dir() -> None:
+    """A config refused before any work ("nothing was started") leaves no run dir behind: only
+    Hydra's own record of the composed config and the log's first lines, which the error repeats."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return
+    out = Path(HydraConfig.get().runtime.output_dir)
+    if out.is_dir() and {p.name for p in out.iterdir()} <= UNSTARTED:
+        shutil.rmtree(out, ignore_errors=True)

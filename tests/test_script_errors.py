@@ -63,12 +63,15 @@ def test_a_mistake_is_one_line_and_exit_status_2(script, tmp_path):
 
 
 def test_train_py_mistake_is_a_message_and_exit_status_2(tmp_path):
-    """train.py lists every config problem at once (one line each), before any work."""
+    """train.py lists every config problem at once (one line each), before any work, and leaves no
+    run dir behind."""
     done = _run([sys.executable, str(ROOT / "train.py"), "data=flickr8k", f"data.json_path={NOPE}.json",
                  "encoder.pretrained=false", "logger=none"], tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.startswith("error: bad config (nothing was started)")
     assert f"data.json_path={NOPE}.json: no such file" in done.stderr
+    # and nothing is left behind: Hydra's run dir of the refused run is removed
+    assert (tmp_path / "outputs").is_dir() and not list((tmp_path / "outputs").rglob(".hydra"))
 
 
 @pytest.mark.parametrize("mistake", ["flag", "no-gpu"])
