@@ -61,13 +61,14 @@ def _commands() -> list[tuple[str, list[str]]]:
 def _inline() -> list[tuple[str, ...]]:
     """The `key=value` words of each inline code span outside code blocks, composed together
     (`decoder=transformer decoder.use_cache=false`); alternatives `a|b` one at a time.
-    `attention=nonsense` is the README's example of an error, not an override."""
+    A word with "nonsense" in it (`attention=nonsense`, `seed=nonsense`) is the docs' example of
+    an error, not an override."""
     text = re.sub(r"```.*?```", "", README, flags=re.S)
     found = set()
     for span in re.findall(r"`([^`\n]+)`", text):
         words = [m.groups() for w in re.sub(r"[\"']", " ", span).split()  # ARGS="a=1 b=2": a=1, b=2
                  if (m := re.fullmatch(r"(\+?[a-z_]+(?:\.[a-z_0-9]+)*)=([^()\s]+)", w))
-                 and not PLACEHOLDER.search(m.group(2)) and m.group(2) != "nonsense"]
+                 and not PLACEHOLDER.search(m.group(2)) and "nonsense" not in w]
         options = [[f"{k}={v}" for v in value.split("|")] for k, value in words]
         found.update(itertools.product(*options) if options else [])
     return sorted(found)
