@@ -40,7 +40,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "maint"))
 
-from docs_records import ZOO, cost_table, md_table, measurement_names, measurement_table, zoo_table  # noqa: E402
+from docs_records import (  # noqa: E402
+    MEASUREMENTS,
+    ZOO,
+    cost_table,
+    md_table,
+    measurement_names,
+    measurement_table,
+    zoo_table,
+)
 
 from captioning.benchmark import config_fields, markdown  # noqa: E402
 from captioning.compare import verdict  # noqa: E402
@@ -128,13 +136,19 @@ PEER_COLUMNS = ["CPU", "pair (UTC)", "LSTM + additive training, 64 captions a st
                 "greedy LSTM: ours / peer, images/s", "x peer"]
 
 
+def _pair_figures(ours: dict, peer: dict) -> tuple[float | None, float | None, float | None, float | None]:
+    """(our training captions/s, the peer's, our greedy images/s, the peer's) of one pair."""
+    train, greedy = _ours(ours)
+    peer_train = peer["train"].get("updown/spi1", {}).get("captions_per_s")
+    peer_greedy = peer.get("decode", {}).get("greedy/updown", {}).get("images_per_s")
+    return train, peer_train, greedy, peer_greedy
+
+
 def peer_table(figures: dict) -> str:
     rows = []
     for p in figures["peer"]["pairs"]:
         ours, peer = _read(p["ours"]), _read(p["peer"])
-        train, greedy = _ours(ours)
-        peer_train = peer["train"].get("updown/spi1", {}).get("captions_per_s")
-        peer_greedy = peer.get("decode", {}).get("greedy/updown", {}).get("images_per_s")
+        train, peer_train, greedy, peer_greedy = _pair_figures(ours, peer)
         spi5 = spi5_peer = None
         if "ours_spi5" in p:
             spi5 = _ours(_read(p["ours_spi5"]))[0]
@@ -162,16 +176,13 @@ def summary_speed(figures: dict) -> str:
     beam = [ratios[f"beam_batched_vs_per_image_{d}"] for d in ("lstm", "transformer")]
     by_cpu: dict[str, tuple[list[float], list[float]]] = {}
     for p in figures["peer"]["pairs"]:
-        ours, peer = _read(p["ours"]), _read(p["peer"])
-        train, greedy = _ours(ours)
-        peer_train = peer["train"].get("updown/spi1", {}).get("captions_per_s")
-        peer_greedy = peer.get("decode", {}).get("greedy/updown", {}).get("images_per_s")
+        train, peer_train, greedy, peer_greedy = _pair_figures(_read(p["ours"]), _read(p["peer"]))
         trains, greedies = by_cpu.setdefault(p["cpu"], ([], []))
         if train and peer_train:
             trains.append(train / peer_train)
         if greedy and peer_greedy:
             greedies.append(greedy / peer_greedy)
-    store = _read("results/measurements/store_memory.json")["rows"]
+    store = _read(f"{MEASUREMENTS}/store_memory.json")["rows"]
     lines = [
         f"- Speed ({machine['cpu']}): the LSTM training step with keys prepared once per image is "
         f"{ratios['train_lstm_additive_fp32_vs_naive_fp32']:.2f}x the naive tutorial-style step; batched "
@@ -226,8 +237,10 @@ TABLES = {"machines": machines_table, "peer": peer_table, "cpu-speed": cpu_speed
 
 
 def render_figures(text: str, figures: dict) -> str:
+    records = set(measurement_names())
+
     def table(m: re.Match) -> str:
-        if m.group(2) in measurement_names():
+        if m.group(2) in records:
             return m.group(0)  # filled from its record (generated)
         if m.group(2) not in TABLES:
             raise SystemExit(f"error: {BENCHMARKS}: unknown table figures:{m.group(2)}; "
@@ -387,10 +400,11 @@ def generated() -> dict[str, str]:
                          "attention-zoo", zoo_table(_read(ZOO)))
     out[f"{BENCHMARK_CPU}.md"] = markdown(_read(f"{BENCHMARK_CPU}.json"))
     out[GPU_DOC] = _filled((ROOT / GPU_DOC).read_text(), "coco-estimate", coco_estimate())
+    records = {record: measurement_table(record) for record in measurement_names()}
     for name in sorted({*out, *(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))}):
         text = out.get(name, (ROOT / name).read_text())
-        for record in measurement_names():
-            text = _filled(text, record, measurement_table(record))
+        for record, table in records.items():
+            text = _filled(text, record, table)
         if text != (ROOT / name).read_text() or name in out:
             out[name] = text
     return out
