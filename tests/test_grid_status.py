@@ -24,7 +24,8 @@ def _cells(tmp_path: Path) -> tuple[list[Cell], dict[Cell, Path]]:
     for d in dirs.values():
         d.mkdir()
     (dirs[cells[0]] / "results.json").write_text(json.dumps(
-        {"test/bleu4": 0.5, "best_score": 0.48, "wall_time_s": 600.0, "machine": "AMD EPYC"}))
+        {"test/bleu4": 0.5, "best_score": 0.48, "wall_time_s": 600.0, "cpu_s": 1200.0,
+         "machine": "AMD EPYC"}))
     (dirs[cells[2]] / "checkpoints").mkdir()
     (dirs[cells[2]] / "checkpoints" / "last.ckpt").write_bytes(b"")
     return cells, dirs
@@ -47,7 +48,19 @@ def test_each_state_read_from_the_folder_alone(tmp_path):
     text = status_text("g", tmp_path, rows)
     assert text.splitlines()[0] == (f"grid g ({tmp_path}): 5 cells, 1 finished, 1 running, "
                                     "1 interrupted, 1 failed, 1 waiting")
-    assert "test BLEU-4 0.5000, 10 min, AMD EPYC" in text and "the next run resumes it" in text
+    assert "test BLEU-4 0.5000, 10 min, 20 CPU-min, AMD EPYC" in text and "the next run resumes it" in text
+
+
+def test_a_resumed_runs_wall_time_is_shown_only_where_it_covers_every_part(tmp_path):
+    """Older results.json files give a resumed run's last part's wall time alone: not shown as
+    the run's; the CPU time (all parts) is."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    for d, extra in ((old, {}), (new, {"wall_time_s_earlier_parts": 2400.0})):
+        d.mkdir()
+        (d / "results.json").write_text(json.dumps(
+            {"test/bleu4": 0.5, "wall_time_s": 3000.0, "cpu_s": 3100.0, "resumed": 1, **extra}))
+    assert (cell_state(old)["wall_s"], cell_state(old)["cpu_s"]) == (None, 3100.0)
+    assert (cell_state(new)["wall_s"], cell_state(new)["cpu_s"]) == (3000.0, 3100.0)
 
 
 def test_status_of_a_committed_grid_trains_and_writes_nothing(tmp_path):

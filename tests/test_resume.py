@@ -107,8 +107,10 @@ def killed_mid_epoch(tmp_path_factory, data_dir, uninterrupted) -> Path:
 def test_killed_mid_epoch_resumes_exactly(killed_mid_epoch, uninterrupted, data_dir, tmp_path):
     resumed = tmp_path / "resumed"
     shutil.copytree(killed_mid_epoch, resumed)
+    began = time.time()
     _finish(_start(tmp_path / "fresh", data_dir, resumed / "steps.jsonl",
                    f"resume={resumed / 'run'}"))
+    resumed_part_s = time.time() - began
     assert differences(uninterrupted, resumed) == []
     results = json.loads((resumed / "run" / "results.json").read_text())
     assert results["resumed"] == 1
@@ -117,6 +119,9 @@ def test_killed_mid_epoch_resumes_exactly(killed_mid_epoch, uninterrupted, data_
     # its cost counts the killed part too (up to that part's last checkpoint)
     assert 0 < results["cpu_s_earlier_parts"] < results["cpu_s"]
     assert json.loads((uninterrupted / "run" / "results.json").read_text())["cpu_s_earlier_parts"] == 0
+    # and so does its wall time: the killed part's, plus this part's own (not the time between)
+    assert 0 < results["wall_time_s_earlier_parts"] < results["wall_time_s"]
+    assert results["wall_time_s"] - results["wall_time_s_earlier_parts"] <= resumed_part_s
 
 
 def test_negative_control_resume_without_loader_position_differs(

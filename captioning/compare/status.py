@@ -15,17 +15,24 @@ from .lock import CellLock
 STATES = ("finished", "running", "interrupted", "failed", "waiting")
 
 
+def whole_wall_s(res: dict) -> float | None:
+    """A finished run's wall seconds over all its parts; None where its results.json gives
+    only its last part's (a resumed run recorded before wall_time_s counted the killed parts)."""
+    whole = not res.get("resumed") or "wall_time_s_earlier_parts" in res
+    return res.get("wall_time_s") if whole else None
+
+
 def cell_state(out: Path) -> dict:
-    """A cell's state from its directory alone: {state, test_bleu4, val_best, wall_s, machine,
-    holder}; a query (it writes nothing, not even a lock file)."""
+    """A cell's state from its directory alone: {state, test_bleu4, val_best, wall_s, cpu_s,
+    machine, holder}; a query (it writes nothing, not even a lock file)."""
     row: dict = {"state": "waiting", "test_bleu4": None, "val_best": None, "wall_s": None,
-                 "machine": None, "holder": None}
+                 "cpu_s": None, "machine": None, "holder": None}
     done = out / "results.json"
     if done.is_file():
         res = json.loads(done.read_text())
         return {**row, "state": "finished", "test_bleu4": res.get("test/bleu4"),
-                "val_best": res.get("best_score"), "wall_s": res.get("wall_time_s"),
-                "machine": res.get("machine")}
+                "val_best": res.get("best_score"), "wall_s": whole_wall_s(res),
+                "cpu_s": res.get("cpu_s"), "machine": res.get("machine")}
     if (holder := CellLock(out).holder()) is not None:
         return {**row, "state": "running", "holder": holder}
     if any((out / "checkpoints").glob("*.ckpt")):
@@ -59,6 +66,7 @@ def status_text(name: str, root: Path, rows: list[dict]) -> str:
         if r["state"] == "finished":
             score = "-" if r["test_bleu4"] is None else f"{r['test_bleu4']:.4f}"
             what = f"test BLEU-4 {score}" + (f", {r['wall_s'] / 60:.0f} min" if r["wall_s"] else "")
+            what += f", {r['cpu_s'] / 60:.0f} CPU-min" if r["cpu_s"] else ""
             what += f", {r['machine']}" if r["machine"] else ""
         elif r["state"] == "running":
             what = f"held by {r['holder']}"
@@ -71,7 +79,7 @@ def status_text(name: str, root: Path, rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-COLUMNS = ["cell", "state", "test_bleu4", "val_best", "wall_s", "machine"]
+COLUMNS = ["cell", "state", "test_bleu4", "val_best", "wall_s", "cpu_s", "machine"]
 
 
 class GridBoard:

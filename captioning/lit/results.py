@@ -56,7 +56,9 @@ def build_results(scores: dict, plain: dict, *, trainer: pl.Trainer, module: Cap
     cross = cross_attention_modules(module.model.decoder)
     return {
         **scores,
-        "wall_time_s": round(time.time() - run.start, 2),
+        # Wall seconds of the whole run: a resumed run's include its killed parts (each up to
+        # its last checkpoint), not the time between them.
+        "wall_time_s": round(course["wall_time_s_earlier_parts"] + time.time() - run.start, 2),
         # Compute cost: CPU seconds over all threads (and reaped DataLoader workers); unlike the
         # wall time, not inflated by a paused (SIGSTOP) or time-shared run. GPU time: wall time.
         # A resumed run's includes its killed parts (course: cpu_s_earlier_parts).

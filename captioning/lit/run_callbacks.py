@@ -33,14 +33,15 @@ class RunCallbacks:
     all: list[Callback] = field(default_factory=list)  # in the order the Trainer runs them
 
     @classmethod
-    def from_config(cls, plain: dict, out: Path, logging: bool, cpu_start: float) -> RunCallbacks:
+    def from_config(cls, plain: dict, out: Path, logging: bool, cpu_start: float,
+                    wall_start: float | None = None) -> RunCallbacks:
         checkpoints = checkpoint_callbacks(out, plain)
         best = checkpoints[0]
         throughput, media = Throughput(), ValidationMedia(**plain["media"])
         stop = plain.get("early_stopping") or {}
         curve = ValidationCurve(best.monitor, stop.get("smoothing") or 1)
         snapshot_epochs = list((plain.get("checkpoint") or {}).get("snapshot_epochs") or [])
-        clock = ComputeClock(cpu_start)
+        clock = ComputeClock(cpu_start, wall_start)
         callbacks = [*checkpoints, RNGState(), throughput, media, EpochLine(best), curve,
                      EpochSnapshots(out, snapshot_epochs), clock]
         if logging:
@@ -62,11 +63,12 @@ class RunCallbacks:
         """The run's course (read after fit and before testing, which restores the callbacks'
         states from the tested checkpoint): the epoch best.ckpt is from, every validation's
         scores, how many epochs ran (a resumed run counts the killed run's too) and the epoch
-        early stopping ended the run after (None: it did not), and the CPU seconds of the run's
-        earlier (killed) parts."""
+        early stopping ended the run after (None: it did not), and the CPU and wall seconds of
+        the run's earlier (killed) parts."""
         stopped = self.early.stopped_epoch if self.early is not None else 0  # 0-based; 0 = not stopped
         best = self.curve.best(self.best.monitor, self.best.mode)
         return {"best_epoch": best["epoch"] if best else None, "val_curve": list(self.curve.curve),
                 "epochs_trained": trainer.fit_loop.epoch_progress.current.completed,
                 "stopped_early_after": stopped + 1 if stopped else None,
-                "cpu_s_earlier_parts": round(self.clock.before, 1)}
+                "cpu_s_earlier_parts": round(self.clock.before, 1),
+                "wall_time_s_earlier_parts": round(self.clock.wall_before, 2)}

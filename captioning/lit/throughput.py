@@ -19,18 +19,23 @@ def cpu_seconds() -> float:
 
 
 class ComputeClock(pl.Callback):
-    """The CPU seconds a run has used, kept in every checkpoint, so that a resumed run's cost
-    counts its killed parts (each up to its last checkpoint: what ran after it is redone and
-    counted again). `start`: this process's cpu_seconds() when the run began."""
+    """The CPU and wall seconds a run has used, kept in every checkpoint, so that a resumed
+    run's cost counts its killed parts (each up to its last checkpoint: what ran after it is
+    redone and counted again) and not the time between them. `start`: this process's
+    cpu_seconds() when the run began; `wall_start`: its time.time() then."""
 
-    def __init__(self, start: float) -> None:
-        self.start, self.before = start, 0.0  # before: the earlier parts' seconds
+    def __init__(self, start: float, wall_start: float | None = None) -> None:
+        self.start, self.before = start, 0.0  # before: the earlier parts' CPU seconds
+        self.wall_start = time.time() if wall_start is None else wall_start
+        self.wall_before = 0.0  # the earlier parts' wall seconds
 
     def state_dict(self) -> dict:
-        return {"cpu_s": self.before + cpu_seconds() - self.start}
+        return {"cpu_s": self.before + cpu_seconds() - self.start,
+                "wall_s": self.wall_before + time.time() - self.wall_start}
 
     def load_state_dict(self, state: dict) -> None:
         self.before = float(state.get("cpu_s", 0.0))
+        self.wall_before = float(state.get("wall_s", 0.0))  # absent in older checkpoints
 
 
 class Throughput(pl.Callback):

@@ -89,7 +89,7 @@ def _fit_and_test(cfg: DictConfig, plain: dict, out: Path, resume_ckpt: Path | N
         load_initial_weights(module.model, plain["init_from"], datamodule.vocab.itos)
 
     loggers = run_loggers(plain, run_info.get("wandb_id"))
-    run_cbs = RunCallbacks.from_config(plain, out, bool(loggers), cpu_start)
+    run_cbs = RunCallbacks.from_config(plain, out, bool(loggers), cpu_start, start)
     best_checkpoint = run_cbs.best
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg["log_every_n_steps"] = _log_every(trainer_cfg, datamodule)
