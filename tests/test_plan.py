@@ -73,6 +73,29 @@ def test_the_sweep_comes_first_then_each_modes_seeds_at_its_chosen_rate(tmp_path
     assert len(done) == 10 and runner.run_plan(plan) == done and len(trained) == 10  # resumes: nothing left
 
 
+def test_a_cell_left_with_a_checkpoint_is_resumed_before_any_fresh_cell(tmp_path, monkeypatch):
+    """A stopped run's interrupted cells (a sweep cell and a grid seed) go first; then the
+    plan's own order."""
+    trained = []
+
+    def train(cfg):
+        trained.append((cfg.attention.name, cfg.seed, cfg.optim.optimizer.lr, bool(cfg.get("resume"))))
+        out = Path(cfg.paths.output_dir)
+        (out / "results.json").write_text(json.dumps({
+            "best_score": _score(cfg), "monitor": "val/bleu4", "best_epoch": 1, "epochs_trained": 2}))
+
+    monkeypatch.setattr(grid_mod, "train", train)
+    runner, plan = _plan(tmp_path)
+    late = next(c for c in plan.cells() if (c.attention, c.seed, c.lr) == ("dot", 5, 3e-3))
+    (runner.directory(late) / "checkpoints").mkdir(parents=True)
+    (runner.directory(late) / "checkpoints" / "last.ckpt").write_bytes(b"")
+    assert plan.ready(set())[0] == late
+    runner.run_plan(plan)
+    assert trained[0] == ("dot", 5, 3e-3, True)
+    assert trained[1][:3] == ("additive", 5, 1e-3)  # then the plan's order (dot has had a turn)
+    assert not any(t[3] for t in trained[1:])
+
+
 def test_a_rate_given_in_compare_rates_wins_over_the_sweeps_choice(tmp_path, monkeypatch):
     monkeypatch.setattr(grid_mod, "train", FakeRuns().train)
     _, plan = _plan(tmp_path, rates={"lstm/*/dot": 1e-2})
