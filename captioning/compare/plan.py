@@ -36,14 +36,14 @@ class SweepPlan:
 
     def rates(self) -> dict[str, float]:
         """The rates chosen so far ("decoder/dims/attention": lr), by validation only."""
-        return sweep_report(self.runner.finished(self.sweep), self.lrs)["rates"]
+        return sweep_report(self.runner.finished(self.sweep), self.lrs, self.sweep)["rates"]
 
     def cells(self) -> list[Cell]:
         return list(self.sweep)
 
     def ready(self, taken: set[Cell]) -> list[Cell]:
         done = self.runner.finished(self.sweep)
-        rows = {group_of(r): r for r in sweep_report(done, self.lrs)["rows"]}
+        rows = {group_of(r): r for r in sweep_report(done, self.lrs, self.sweep)["rows"]}
         todo = [c for c in self.sweep if c not in done and c not in taken
                 and c.lr in (rows[c.group]["needed"] if c.group in rows else self.lrs)]
         middle = math.log(min(self.lrs) * max(self.lrs)) / 2
