@@ -788,6 +788,34 @@ def test_the_sweep_chooses_each_modes_rate_on_validation_alone(tmp_path):
     assert "0.6" not in text and "0.7" not in text and "0.9" not in text  # no test score anywhere
 
 
+def test_a_rate_has_a_mean_only_once_every_sweep_seed_has_finished_there(tmp_path):
+    """Held-out seeds 5 and 6: a rate where only seed 5 has finished has no mean, stays needed,
+    and cannot be chosen; its best seed-5 score is not set against two-seed means."""
+    from captioning.compare.sweep import sweep_report
+
+    lrs = [1e-3, 3e-3, 1e-2]
+    scores = {(1e-3, 5): 0.50, (1e-3, 6): 0.48, (3e-3, 5): 0.56, (1e-2, 5): 0.47, (1e-2, 6): 0.45}
+    dirs = {}
+    for (lr, seed), val in scores.items():
+        out = tmp_path / f"{lr}_{seed}"
+        out.mkdir()
+        (out / "results.json").write_text(json.dumps({"best_score": val, "monitor": "val/bleu4"}))
+        dirs[Cell("lstm", "matched", "additive", seed, lr)] = out
+    every = [Cell("lstm", "matched", "additive", seed, lr) for lr in lrs for seed in (5, 6)]
+    (row,) = sweep_report(dirs, lrs, every)["rows"]
+    assert row["chosen"] is None and row["needed"] == [3e-3]
+    assert row["means"] == pytest.approx({"0.001": 0.49, "0.01": 0.46})
+    # its second seed finished: now 3e-3 has a mean, and is chosen on both seeds
+    out = tmp_path / "3e-3_6"
+    out.mkdir()
+    (out / "results.json").write_text(json.dumps({"best_score": 0.50, "monitor": "val/bleu4"}))
+    dirs[Cell("lstm", "matched", "additive", 6, 3e-3)] = out
+    assert sweep_report(dirs, lrs, every)["rates"] == {"lstm/matched/additive": 3e-3}
+    # without the sweep's cells, each rate's finished seeds are all it has (a one-seed sweep)
+    del dirs[Cell("lstm", "matched", "additive", 6, 3e-3)]
+    assert sweep_report(dirs, lrs)["rates"] == {"lstm/matched/additive": 3e-3}
+
+
 def test_a_choice_within_seed_noise_is_marked_and_each_rate_is_drawn(tmp_path):
     """The margin (chosen minus runner-up validation score) beside the seed std at the chosen
     rate: a margin below the std is "within" noise; the sweep figure draws a line per rate."""

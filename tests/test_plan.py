@@ -35,10 +35,12 @@ def _compose(overrides: list[str]):
     return cfg
 
 
-def _plan(tmp_path: Path, rates: dict | None = None) -> tuple[GridRunner, SweepThenGrid]:
+def _plan(tmp_path: Path, rates: dict | None = None,
+          sweep_seeds: tuple[int, ...] = (5,)) -> tuple[GridRunner, SweepThenGrid]:
     spec = completed({"attentions": ["additive", "dot"], "decoders": ["lstm"], "seeds": [0, 1],
                       "dims": ["matched"], "blind": False, "rates": rates or {},
-                      "sweep": {"lrs": LRS, "seeds": [5], "dims": ["matched"], "train": True}}, Compare)
+                      "sweep": {"lrs": LRS, "seeds": list(sweep_seeds), "dims": ["matched"],
+                                "train": True}}, Compare)
     runner = GridRunner(_compose, [], tmp_path, DIMS)
     sweep = expand_grid({**spec, **spec["sweep"]})
     return runner, SweepThenGrid(runner, sweep, LRS, lambda r: expand_grid({**spec, "rates": r}),
@@ -71,6 +73,52 @@ def test_the_sweep_comes_first_then_each_modes_seeds_at_its_chosen_rate(tmp_path
     assert plan.rates() == {"lstm/matched/additive": 3e-3, "lstm/matched/dot": 3e-4}
     assert trained[6:] == [("additive", 0, 3e-3), ("dot", 0, 3e-4), ("additive", 1, 3e-3), ("dot", 1, 3e-4)]
     assert len(done) == 10 and runner.run_plan(plan) == done and len(trained) == 10  # resumes: nothing left
+
+
+def test_a_cell_left_with_a_checkpoint_is_resumed_before_any_fresh_cell(tmp_path, monkeypatch):
+    """A stopped run's interrupted cells (a sweep cell and a grid seed) go first; then the
+    plan's own order."""
+    trained = []
+
+    def train(cfg):
+        trained.append((cfg.attention.name, cfg.seed, cfg.optim.optimizer.lr, bool(cfg.get("resume"))))
+        out = Path(cfg.paths.output_dir)
+        (out / "results.json").write_text(json.dumps({
+            "best_score": _score(cfg), "monitor": "val/bleu4", "best_epoch": 1, "epochs_trained": 2}))
+
+    monkeypatch.setattr(grid_mod, "train", train)
+    runner, plan = _plan(tmp_path)
+    late = next(c for c in plan.cells() if (c.attention, c.seed, c.lr) == ("dot", 5, 3e-3))
+    (runner.directory(late) / "checkpoints").mkdir(parents=True)
+    (runner.directory(late) / "checkpoints" / "last.ckpt").write_bytes(b"")
+    assert plan.ready(set())[0] == late
+    runner.run_plan(plan)
+    assert trained[0] == ("dot", 5, 3e-3, True)
+    assert trained[1][:3] == ("additive", 5, 1e-3)  # then the plan's order (dot has had a turn)
+    assert not any(t[3] for t in trained[1:])
+
+
+def test_with_two_held_out_seeds_each_rate_a_choice_rests_on_has_both(tmp_path, monkeypatch):
+    """Sweep seeds 5 and 6: every rate trained is trained at both seeds, and each mode's seeds
+    start only after both seeds of its chosen rate and of its neighbours have finished."""
+    trained = []
+
+    def train(cfg):
+        trained.append((cfg.attention.name, cfg.seed, cfg.optim.optimizer.lr))
+        (Path(cfg.paths.output_dir) / "results.json").write_text(json.dumps({
+            "best_score": _score(cfg) + 0.01 * cfg.seed, "monitor": "val/bleu4"}))
+
+    monkeypatch.setattr(grid_mod, "train", train)
+    runner, plan = _plan(tmp_path, sweep_seeds=(5, 6))
+    runner.run_plan(plan)
+    assert plan.rates() == {"lstm/matched/additive": 3e-3, "lstm/matched/dot": 3e-4}
+    swept = [t for t in trained if t[1] in (5, 6)]
+    assert sorted(swept) == sorted({(m, s, lr) for m, _, lr in swept for s in (5, 6)})
+    for mode, chosen in (("additive", 3e-3), ("dot", 3e-4)):
+        first_seed = next(i for i, t in enumerate(trained) if t[0] == mode and t[1] == 0)
+        i = LRS.index(chosen)
+        for lr in LRS[max(i - 1, 0):i + 2]:
+            assert {t[1] for t in trained[:first_seed] if t[0] == mode and t[2] == lr} == {5, 6}
 
 
 def test_a_rate_given_in_compare_rates_wins_over_the_sweeps_choice(tmp_path, monkeypatch):

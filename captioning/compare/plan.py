@@ -2,6 +2,8 @@
 already taken (running, failed or done in this process). A learning-rate sweep trains only the
 rates its choices still need (sweep.choose), each mode's middle rate first; a grid that names
 its sweep (compare.sweep.train) starts a mode's seeds as soon as the sweep has chosen its rate.
+A cell a stopped run left with a checkpoint is resumed before any cell is started afresh: its
+hours are not left standing while new cells begin (and its lr may be the one a choice awaits).
 Serially (one cell at a time) and with compare.workers (a slot freed: the plan asked again) the
 order is the same data, so both train the same cells."""
 
@@ -11,7 +13,16 @@ import math
 from collections.abc import Callable
 
 from .grid import Cell, GridRunner, group_of, rate_for
+from .status import cell_state
 from .sweep import sweep_report
+
+
+def resumable_first(runner: GridRunner, cells: list[Cell]) -> list[Cell]:
+    """`cells` in their order, but those interrupted (a checkpoint, nobody holding them) first."""
+    def fresh(cell: Cell) -> bool:
+        return cell_state(runner.directory(runner.resolve(cell)))["state"] != "interrupted"
+
+    return sorted(cells, key=fresh)  # stable: the plan's order within each kind
 
 
 class SweepPlan:
@@ -25,14 +36,14 @@ class SweepPlan:
 
     def rates(self) -> dict[str, float]:
         """The rates chosen so far ("decoder/dims/attention": lr), by validation only."""
-        return sweep_report(self.runner.finished(self.sweep), self.lrs)["rates"]
+        return sweep_report(self.runner.finished(self.sweep), self.lrs, self.sweep)["rates"]
 
     def cells(self) -> list[Cell]:
         return list(self.sweep)
 
     def ready(self, taken: set[Cell]) -> list[Cell]:
         done = self.runner.finished(self.sweep)
-        rows = {group_of(r): r for r in sweep_report(done, self.lrs)["rows"]}
+        rows = {group_of(r): r for r in sweep_report(done, self.lrs, self.sweep)["rows"]}
         todo = [c for c in self.sweep if c not in done and c not in taken
                 and c.lr in (rows[c.group]["needed"] if c.group in rows else self.lrs)]
         middle = math.log(min(self.lrs) * max(self.lrs)) / 2
@@ -43,7 +54,7 @@ class SweepPlan:
             turns = sum(1 for t in taken | set(done) if t.group == cell.group)
             return turns, self.groups.index(cell.group), abs(math.log(cell.lr) - centre), cell.lr, cell.seed
 
-        return sorted(todo, key=order)
+        return resumable_first(self.runner, sorted(todo, key=order))
 
 
 class SweepThenGrid(SweepPlan):
@@ -74,4 +85,5 @@ class SweepThenGrid(SweepPlan):
     def ready(self, taken: set[Cell]) -> list[Cell]:
         grid = self.rated()
         done = self.runner.finished(grid)
-        return super().ready(taken) + [c for c in grid if c not in done and c not in taken]
+        return resumable_first(self.runner, super().ready(taken)
+                               + [c for c in grid if c not in done and c not in taken])

@@ -138,7 +138,7 @@ def _compare(cfg: DictConfig, overrides: list[str],
                     "compare.train=true, or copy a grid's cells/ there)", root / "cells")
         return None
     if spec["lrs"]:  # a learning-rate sweep: its own report (validation only)
-        return _sweep(spec, dirs, root, train_s)
+        return _sweep(spec, dirs, cells, root, train_s)
     if spec["report"] == "convergence":
         return _convergence(cfg, spec, dirs, runner, train_s)
     reruns = runner.verify(dirs, spec["verify"], spec["train"])
@@ -215,7 +215,7 @@ def _convergence(cfg: DictConfig, spec: dict, dirs: dict[Cell, Path], runner: Gr
         sweep_cells = expand_grid({**spec, **spec["sweep"]})  # its lrs, dims and seeds
         swept = runner.finished(sweep_cells)
         lrs = [float(x) for x in spec["sweep"]["lrs"]]
-        report["sweep"] = sweep_report(swept, lrs)
+        report["sweep"] = sweep_report(swept, lrs, sweep_cells)
         add_margins(report["sweep"], {group_of(r): r["val_best"] for r in report["rows"]})
         # compute and provenance of the whole study: the sweep's seed-0 cells at the chosen
         # rates are grid cells (one hash), counted once
@@ -235,9 +235,10 @@ def _convergence(cfg: DictConfig, spec: dict, dirs: dict[Cell, Path], runner: Gr
     return out
 
 
-def _sweep(spec: dict, dirs: dict[Cell, Path], root: Path, train_s: float) -> Path:
-    """The sweep's report, sweep_<timestamp>/report.{md,json} under the grid's root."""
-    report = sweep_report(dirs, [float(lr) for lr in spec["lrs"]])
+def _sweep(spec: dict, dirs: dict[Cell, Path], cells: list[Cell], root: Path, train_s: float) -> Path:
+    """The sweep's report, sweep_<timestamp>/report.{md,json} under the grid's root (cells: all
+    of the sweep's, dirs: those finished)."""
+    report = sweep_report(dirs, [float(lr) for lr in spec["lrs"]], cells)
     report["grid_wall_s"] = train_s
     out = root / f"sweep_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
     out.mkdir(parents=True, exist_ok=True)

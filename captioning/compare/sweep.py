@@ -42,14 +42,20 @@ def choose(means: dict[float, float], lrs: list[float]) -> tuple[float | None, l
     return None, needed or sorted(lr for lr in lrs if lr not in means)
 
 
-def sweep_report(dirs: dict[Cell, Path], lrs: list[float]) -> dict:
-    """dirs: the sweep's finished cells, lrs: the rates it tries -> {"rows": [...], "rates":
-    {"decoder/dims/mode": lr}}: a row per decoder x dims x mode with each rate's validation
-    score (results.json best_score: the best validation of checkpoint.monitor) and best_epoch
-    per seed; a mode's rate is the one with the best mean score over its seeds, chosen once it
-    is bracketed (`choose`), with the rates still needed until then. A choice at the lowest or
-    highest rate tried is marked `edge`: the optimum may lie beyond the range, which should be
-    extended before the rate is fixed."""
+def sweep_report(dirs: dict[Cell, Path], lrs: list[float], cells: list[Cell] | None = None) -> dict:
+    """dirs: the sweep's finished cells, lrs: the rates it tries, cells: all of its cells
+    (finished or not; None: those of `dirs`) -> {"rows": [...], "rates": {"decoder/dims/mode":
+    lr}}: a row per decoder x dims x mode with each rate's validation score (results.json
+    best_score: the best validation of checkpoint.monitor) and best_epoch per seed; a mode's
+    rate is the one with the best mean score over its seeds, chosen once it is bracketed
+    (`choose`), with the rates still needed until then. A rate has a mean only once every seed
+    the sweep gives it has finished: a choice never rests on some seeds at one rate and all at
+    another (an unfinished seed keeps its rate needed). A choice at the lowest or highest rate
+    tried is marked `edge`: the optimum may lie beyond the range, which should be extended
+    before the rate is fixed."""
+    seeds: dict[tuple, set[int]] = defaultdict(set)  # (decoder, dims, mode, lr): the seeds it needs
+    for cell in cells if cells is not None else dirs:
+        seeds[(cell.decoder, cell.dims, cell.attention, cell.lr)].add(cell.seed)
     groups: dict[tuple, dict[float, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for cell, out in dirs.items():
         res = json.loads((out / "results.json").read_text())
@@ -61,7 +67,8 @@ def sweep_report(dirs: dict[Cell, Path], lrs: list[float]) -> dict:
     rows, rates = [], {}
     for (decoder, dims, mode), by_rate in sorted(groups.items()):
         means = {lr: sum(r["score"] for r in runs) / len(runs)
-                 for lr, runs in by_rate.items() if all(r["score"] is not None for r in runs)}
+                 for lr, runs in by_rate.items() if all(r["score"] is not None for r in runs)
+                 and {r["seed"] for r in runs} >= seeds[(decoder, dims, mode, lr)]}
         chosen, needed = choose(means, lrs)
         edge = None if chosen is None else (
             "lowest" if chosen == min(lrs) else "highest" if chosen == max(lrs) else None)
