@@ -86,3 +86,31 @@ def test_every_rule_has_the_old_value_in_the_presets_of_the_committed_grids():
         cfg = _compose(experiment)([])
         for key, old in provenance.RULES.items():
             assert OmegaConf.select(cfg, key) == old, (experiment, key)
+
+
+def test_the_learned_feature_preset_finds_each_of_its_committed_cells(monkeypatch):
+    """experiment=convergence_learned's cells are trained at a pinned commit while the code goes
+    on: the current code must still compose each of them to its committed directory, or its
+    report would not find them. The encoder file is not committed: its fingerprint is the one
+    the records hold."""
+    records = [r for r in _committed_records() if r.parts[-4] == "convergence_learned"]
+    if not records:
+        pytest.skip("no committed learned-feature cells (or not a git checkout)")
+    weights = {json.loads(r.read_text())["encoder"]["weights_path"] for r in records}
+    assert len(weights) == 1, f"the learned grid's cells read {len(weights)} encoder files"
+    real = provenance.file_fingerprint
+    monkeypatch.setattr(provenance, "file_fingerprint", lambda path: next(iter(weights))
+                        if str(path).endswith("resnet50_builtin_cells.pth") else real(path))
+    from captioning.compare.grid import expand_grid
+    from captioning.schema import completed
+    from captioning.schema.run import Compare
+
+    make = _compose("convergence_learned")
+    spec = completed(OmegaConf.to_container(make([]).compare, resolve=True), Compare, "compare.")
+    runner = GridRunner(make, [], ROOT / "results" / "convergence_learned",
+                        OmegaConf.to_container(make([]).compare.dim_settings))
+    # every cell it may train: the sweep's, and the grid's seeds at each of the sweep's rates
+    cells = expand_grid({**spec, **spec["sweep"]}) + expand_grid({**spec, "lrs": spec["sweep"]["lrs"]})
+    names = {runner.directory(c).name for c in cells}
+    lost = [r.parent.name for r in records if r.parent.name not in names]
+    assert not lost, f"{len(lost)} committed learned cell(s) the preset no longer composes to: {lost[:3]}"
