@@ -882,7 +882,7 @@ def _convergence_cells(tmp_path, scores, same_captions=False):
     refs = {i: [["a", "red", "circle", "on", "the", "left"], ["a", "red", "circle", "at", "the", "left"]]
             for i in range(8)}
     words = {"additive": "a red circle on the left", "dot": "a red square on the left",
-             "scaled_dot": "a red circle at the top"}
+             "scaled_dot": "a red circle at the top", "general": "a red circle on the right"}
     dirs = {}
     for (dims, mode, seed), (two, five, best) in scores.items():
         out = tmp_path / f"{dims}-{mode}-{seed}"
@@ -974,6 +974,40 @@ def test_a_condition_on_anothers_features_borrows_the_modes_it_did_not_run(tmp_p
     assert [(i["a"], i["b"]) for i in report["interactions"]] == [("additive", "dot")]
 
 
+def test_the_learned_projection_control_sets_a_mode_against_another_in_another_condition(tmp_path):
+    """compare.controls: general at 512-d − dot at 512-d and − dot at 2048-d, paired by seed,
+    in a table of their own (and the per-seed table); the gaps and the verdict's rows unchanged."""
+    from captioning.compare.convergence import convergence_markdown, convergence_report
+
+    rng = np.random.default_rng(2)
+    scores = {(dims, mode, seed): (0.3, 0.4, float(rng.uniform(0.4, 0.6)))
+              for dims in ("matched", "mismatched_whitened") for mode in ("additive", "dot")
+              for seed in range(3)}
+    scores |= {("matched", "general", seed): (0.3, 0.4, float(rng.uniform(0.4, 0.6))) for seed in range(3)}
+    dirs, refs = _convergence_cells(tmp_path, scores)
+    spec = {"snapshot_epochs": [2, 5], "interactions": [WIDTH]}
+    plain = convergence_report(dirs, refs, spec, samples=100)
+    spec["controls"] = [["matched", "general", "matched", "dot"],
+                        ["matched", "general", "mismatched_whitened", "dot"],
+                        ["mismatched_whitened", "general", "matched", "dot"]]  # general never ran at 2048-d
+    report = convergence_report(dirs, refs, spec, samples=100)
+    best = {k: v[2] for k, v in scores.items()}
+    assert [(c["a_dims"], c["b_dims"]) for c in report["controls"]] == [
+        ("matched", "matched"), ("matched", "mismatched_whitened")]
+    across = report["controls"][1]
+    assert across["seeds"] == [0, 1, 2]
+    assert across["stages"]["best"]["per_seed"] == pytest.approx(
+        [best[("matched", "general", s)] - best[("mismatched_whitened", "dot", s)] for s in range(3)])
+    assert report["gaps"] == plain["gaps"] and "controls" not in plain
+    text = convergence_markdown(report)
+    assert "### The learned-projection control" in text
+    assert "| lstm | matched | general − dot | 3 |" in text
+    assert "| lstm | matched | general − dot (mismatched_whitened) | 3 |" in text
+    per_seed = " | ".join(f"{x:+.3f}" for x in across["stages"]["best"]["per_seed"])
+    assert f"| lstm | matched | general − dot (mismatched_whitened) | at convergence | {per_seed} |" in text
+    assert "learned-projection" not in convergence_markdown(plain)
+
+
 def test_report_conditions_must_be_the_grids():
     """A misspelt condition in compare.interactions or same_features stops the run before any
     cell trains, naming the key and the conditions there are."""
@@ -989,6 +1023,13 @@ def test_report_conditions_must_be_the_grids():
         _check_conditions({**spec, "interactions": [["matched"]]})
     with pytest.raises(UserError, match=r"compare.same_features.query_projected"):
         _check_conditions({**spec, "same_features": {"query_projected": "mismatched_whitened"}})
+    spec |= {"attentions": ["additive", "dot", "general"],
+             "controls": [["matched", "general", "mismatched_whitened", "dot"]]}
+    _check_conditions(spec)
+    with pytest.raises(UserError, match=r"compare.controls\[0\].*modes of compare.attentions"):
+        _check_conditions({**spec, "controls": [["matched", "genral", "mismatched_whitened", "dot"]]})
+    with pytest.raises(UserError, match=r"compare.controls\[0\]"):
+        _check_conditions({**spec, "controls": [["matched", "general", "dot"]]})
 
 
 def test_identical_captions_give_a_zero_image_interval(tmp_path):

@@ -170,6 +170,16 @@ def convergence_report(dirs: dict[Cell, Path], references: dict, spec: dict,
             seeds, by_stage = paired([(ga, 1), (gb, -1)])
             gaps.append({"decoder": decoder, "dims": dims, "a": a, "b": b, "a_dims": a_dims,
                          "b_dims": b_dims, "seeds": seeds, "stages": by_stage})
+    # compare.controls: a mode in one condition against another mode in another (general at
+    # 512-d − dot at 2048-d: both with a learned map on the keys, the width alone differs)
+    controls = []
+    for dims, a, other, b in spec.get("controls") or []:
+        for decoder in sorted({d for d, _, _ in groups}):
+            (ga, _), (gb, _) = runs(decoder, dims, a), runs(decoder, other, b)
+            if ga and gb:
+                seeds, by_stage = paired([(ga, 1), (gb, -1)])
+                controls.append({"decoder": decoder, "dims": dims, "a": a, "b": b, "a_dims": dims,
+                                 "b_dims": other, "seeds": seeds, "stages": by_stage})
     interactions = []
     for first, second in spec.get("interactions") or []:
         for decoder in sorted({d for d, _, _ in groups}):
@@ -188,7 +198,7 @@ def convergence_report(dirs: dict[Cell, Path], references: dict, spec: dict,
             for c in by_seed.values()}
     return {"rows": rows, "gaps": gaps, "interactions": interactions, "curves": curves,
             "stages": stages, "bootstrap_samples": samples,
-            **tally(dirs)}
+            **({"controls": controls} if controls else {}), **tally(dirs)}
 
 
 def tally(grid: dict[Cell, Path], sweep: dict[Cell, Path] | None = None) -> dict:
@@ -286,6 +296,18 @@ def convergence_markdown(report: dict, figure: str | None = None) -> str:
             ["decoder", "conditions", "gap", "seeds"],
             [(_interaction_cells(i) + [str(len(i["seeds"]))], i["stages"])
              for i in report["interactions"]], stages)
+    if report.get("controls"):
+        rows = [(_gap_cells(g) + [str(len(g["seeds"]))], g["stages"]) for g in report["controls"]]
+        lines += _stage_table(
+            "The learned-projection control",
+            "A mode in one condition against another mode in another, paired by seed: BLEU-4 "
+            "mean [95% CI over seeds] / [95% CI over test images]; bold: both exclude zero. At "
+            "2048-d every dot-product mode learns a 2048→512 map of the keys; `general` learns "
+            "a map at 512-d (q^T W k). general − dot at 512-d is what a learned map does at one "
+            "width; general (512-d) − dot (2048-d), both with a learned map, is the width alone.",
+            ["decoder", "dims", "difference", "seeds"], rows, stages)
+        lines += ["", "The same in CIDEr-D (mean [95% CI over seeds]):", "",
+                  *_differences(["decoder", "dims", "difference", "seeds"], rows, stages, _cider_diff)]
     if report["gaps"] or report["interactions"]:
         lines += _per_seed_table(report)
     every = " (the grid's cells and its sweep's, each once)" if "sweep" in report else ""
@@ -324,7 +346,7 @@ def _interaction_cells(inter: dict) -> list[str]:
 def _per_seed_table(report: dict) -> list[str]:
     """Every difference above, seed by seed: whether a mean is carried by one seed shows here,
     and every per-seed number the docs quote has its source."""
-    entries = [(_gap_cells(g), g) for g in report["gaps"]]
+    entries = [(_gap_cells(g), g) for g in report["gaps"] + report.get("controls", [])]
     entries += [(_interaction_cells(i), i) for i in report["interactions"]]
     seeds = sorted({s for _, e in entries for s in e["seeds"]})
     lines = ["", "### Per seed", "", "The differences of the two tables above, each seed's own "

@@ -169,14 +169,22 @@ def _compare(cfg: DictConfig, overrides: list[str],
 
 
 def _check_conditions(spec: dict) -> None:
-    """compare.interactions and compare.same_features name conditions of compare.dim_settings
-    (a typo would silently drop a table of the report), and a held-out sweep's seeds are none of
+    """compare.interactions, compare.controls and compare.same_features name conditions of
+    compare.dim_settings (a typo would silently drop a table of the report; a control names
+    modes of compare.attentions too), and a held-out sweep's seeds are none of
     the grid's, before any cell trains."""
     known = set(spec["dim_settings"])
     for i, pair in enumerate(spec["interactions"]):
         if not isinstance(pair, list | tuple) or len(pair) != 2 or not set(pair) <= known:
             raise UserError(f"compare.interactions[{i}]={pair}: give two conditions of compare."
                             f"dim_settings ({', '.join(sorted(known))}), e.g. [mismatched_whitened, matched]")
+    modes = set(spec.get("attentions") or [])
+    for i, c in enumerate(spec.get("controls") or []):
+        if (not isinstance(c, list | tuple) or len(c) != 4 or not {c[0], c[2]} <= known
+                or not {c[1], c[3]} <= modes):
+            raise UserError(f"compare.controls[{i}]={c}: give [dims, mode, other dims, other mode], "
+                            f"conditions of compare.dim_settings ({', '.join(sorted(known))}) and "
+                            f"modes of compare.attentions, e.g. [matched, general, mismatched_whitened, dot]")
     sweep = spec.get("sweep") or {}
     if not spec.get("lrs") and sweep.get("held_out") and (shared := sorted(
             set(sweep.get("seeds") or []) & set(spec.get("seeds") or []))):

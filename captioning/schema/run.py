@@ -274,6 +274,9 @@ class Compare:
     # the convergence report's difference of differences: [[a, b], ...] = (gap in dims a) − (gap in b)
     interactions: list[Any] = setting([])
     same_features: dict[str, str] = setting({})  # dims -> dims on the same features (its gaps borrow modes)
+    # the convergence report's differences across modes and conditions: [[dims, a, other dims, b],
+    # ...] = (a in dims) − (b in other dims), paired by seed (the learned-projection control)
+    controls: list[Any] = setting([])
     undertrained_margin: float = 0.10
     verify: int = setting(0, at_least(0))
     benchmark: bool = True
