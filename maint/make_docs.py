@@ -1,12 +1,15 @@
 """Regenerate every generated part of the docs from committed data (`make docs`):
 
 - the verdict's sentences (README.md, docs/summary.md, docs/comparison.md) from the newest
-  committed convergence report (captioning/compare/verdict.py: the rule and the markers);
+  committed report of each convergence grid a block names (captioning/compare/verdict.py: the
+  rule and the markers);
 - docs/benchmarks.md's tables from the measurements docs/figures.json lists (the benchmark's
   JSON per CPU kind, each pair of runs against the peer, the CPU tricks' runs), between
   `<!-- figures:NAME -->` and `<!-- /figures:NAME -->`;
 - README.md's and docs/comparison.md's tables of differences from the same report
-  (`<!-- figures:convergence-width -->`, `convergence-conditions`: REPORT_TABLES);
+  (`<!-- figures:convergence-width -->`, `convergence-conditions`: REPORT_TABLES), and from
+  another convergence grid's newest committed report under its own name
+  (`<!-- figures:convergence_learned-width -->`: results/convergence_learned/);
 - docs/model.md's table of attention modes from the registry (each mode's file: its score, its
   use; the parameter counts built from it), between `<!-- figures:attention-modes -->` markers;
 - docs/summary.md's table of the fixed-budget grid's differences from its report
@@ -327,28 +330,53 @@ def cross_modal_table(report: dict) -> str:
             rows.append([label, name, *cells])
     return md_table(["features", "decoder", *CROSS_MODAL_DIMS.values()], "llrrr", rows)
 
-# The convergence report's tables the docs quote, by the rows they take (decoder, dims or
-# "first − second" conditions); the numbers come from the newest committed report.
+# A convergence report's tables the docs quote, by the rows they take (decoder, dims or
+# "first − second" conditions); `<!-- figures:GRID-KIND -->` takes them from the newest committed
+# report of results/GRID/ (a grid's rows are never set beside another's in one table).
 REPORT_TABLES = {
-    "convergence-width": [("lstm", "matched"), ("lstm", "mismatched_whitened"),
-                          ("lstm", "mismatched_whitened − matched"), ("transformer", "mismatched_whitened")],
-    "convergence-conditions": [("lstm", "native512"), ("lstm", "native512 − matched"),
-                               ("lstm", "mismatched_whitened − native512"), ("lstm", "grid7"),
-                               ("lstm", "grid7 − mismatched_whitened"), ("lstm", "query_projected")],
+    "width": [("lstm", "matched"), ("lstm", "mismatched_whitened"),
+              ("lstm", "mismatched_whitened − matched"), ("transformer", "mismatched_whitened")],
+    "conditions": [("lstm", "native512"), ("lstm", "native512 − matched"),
+                   ("lstm", "mismatched_whitened − native512"), ("lstm", "grid7"),
+                   ("lstm", "grid7 − mismatched_whitened"), ("lstm", "query_projected")],
 }
 COMPARISON = "docs/comparison.md"
 QUOTING = ("README.md", COMPARISON)
+GRID_MARK = re.compile(r"(convergence\w*)-(\w+)")  # a marker's name: the grid, the table kind
 
 
-def report_tables(text: str, report: dict) -> str:
+def report_tables(text: str, grid: str, report: dict) -> str:
+    """`text` with its `figures:GRID-KIND` tables of `grid` made from `report`; KIND: a table
+    of REPORT_TABLES (a difference table: only the rows the report has), or `cost`."""
     from captioning.compare.convergence import difference_table
 
     def table(m: re.Match) -> str:
-        if m.group(2) not in REPORT_TABLES:
+        name = GRID_MARK.fullmatch(m.group(2))
+        if not name or name.group(1) != grid:
             return m.group(0)
-        return f"{m.group(1)}\n{difference_table(report, REPORT_TABLES[m.group(2)])}\n{m.group(4)}"
+        kind = name.group(2)
+        if kind == "cost":
+            return f"{m.group(1)}\n{cost_table(report)}\n{m.group(4)}"
+        if kind not in REPORT_TABLES:
+            raise SystemExit(f"error: figures:{m.group(2)}: no such table of a convergence report; "
+                             f"known: {', '.join(f'{grid}-{k}' for k in [*REPORT_TABLES, 'cost'])}")
+        rows = [g for g in REPORT_TABLES[kind] if _has_rows(report, g)]
+        return f"{m.group(1)}\n{difference_table(report, rows)}\n{m.group(4)}"
 
     return MARK.sub(table, text)
+
+
+def _has_rows(report: dict, group: tuple[str, str]) -> bool:
+    """Whether the report has differences of (decoder, dims or "first − second")."""
+    return any((g["decoder"], g["dims"]) == group for g in report["gaps"]) or any(
+        (i["decoder"], " − ".join(i["conditions"])) == group for i in report["interactions"])
+
+
+def quoted_grids(texts: list[str]) -> list[str]:
+    """The convergence grids whose report the texts quote (verdict or figures markers)."""
+    names = {m.group(2) for t in texts for m in verdict.MARK.finditer(t)}
+    names |= {g.group(1) for t in texts for m in MARK.finditer(t) if (g := GRID_MARK.fullmatch(m.group(2)))}
+    return sorted(names)
 
 
 # docs/results.md's table of runs on the built-in data (`<!-- figures:builtin-runs -->`): one row
@@ -384,12 +412,17 @@ def builtin_table() -> str:
 
 def generated() -> dict[str, str]:
     """{file: its text as generated} for every file with generated parts."""
-    out = verdict.generated(ROOT)
-    if (path := verdict.newest_report(ROOT)) is not None:
+    try:
+        out = verdict.generated(ROOT)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+    texts = {name: out.get(name, (ROOT / name).read_text()) for name in QUOTING}
+    for grid in quoted_grids(list(texts.values())):
+        if (path := verdict.newest_report(ROOT, grid)) is None:
+            raise SystemExit(f"error: the docs quote results/{grid}/, which has no committed report")
         report = json.loads(path.read_text())
-        for name in QUOTING:
-            out[name] = report_tables(out.get(name, (ROOT / name).read_text()), report)
-        out[COMPARISON] = _filled(out[COMPARISON], "convergence-cost", cost_table(report))
+        texts = {name: report_tables(text, grid, report) for name, text in texts.items()}
+    out.update(texts)
     out[BENCHMARKS] = render_figures((ROOT / BENCHMARKS).read_text(), json.loads(FIGURES.read_text()))
     cross_modal = json.loads((ROOT / CROSS_MODAL).read_text())
     out[SUMMARY] = _filled(_filled(out.get(SUMMARY, (ROOT / SUMMARY).read_text()), "cross-modal",

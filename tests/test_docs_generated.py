@@ -55,18 +55,65 @@ def test_the_docs_quote_the_reports_rows_and_a_changed_number_changes_them():
     for name in make_docs.QUOTING:
         text = (ROOT / name).read_text()
         assert "<!-- figures:convergence-width -->" in text
-        assert make_docs.report_tables(text, report) == text
-    table = difference_table(report, make_docs.REPORT_TABLES["convergence-width"]).splitlines()
+        assert make_docs.report_tables(text, "convergence", report) == text
+    table = difference_table(report, make_docs.REPORT_TABLES["width"]).splitlines()
     groups = [tuple(line.split(" | ")[:2]) for line in table[2:]]
-    asked = make_docs.REPORT_TABLES["convergence-width"]
+    asked = make_docs.REPORT_TABLES["width"]
     assert list(dict.fromkeys(groups)) == [("| " + d, c) for d, c in asked]
     moved = copy.deepcopy(report)
     gap = next(g for g in moved["gaps"] if (g["decoder"], g["dims"]) == ("lstm", "matched"))
     gap["stages"][verdict.BEST]["ci"]["mean"] += 0.5
     readme = (ROOT / "README.md").read_text()
-    assert make_docs.report_tables(readme, moved) != readme
+    assert make_docs.report_tables(readme, "convergence", moved) != readme
     with pytest.raises(ValueError, match="no differences"):
         difference_table(report, [("lstm", "no_such_dims")])
+
+
+def test_another_grids_blocks_are_made_from_its_own_report_alone(tmp_path, monkeypatch):
+    """A second convergence grid (results/convergence_learned/) in the same docs: its verdict
+    block and its tables come from its newest committed report, the random-feature ones from
+    theirs; a block of a grid without a committed report is an error, not left standing."""
+    import pytest
+
+    from captioning.compare import verdict
+
+    random = json.loads(verdict.newest_report(ROOT).read_text())
+    learned = copy.deepcopy(random)
+    for g in learned["gaps"]:
+        g["stages"][verdict.BEST]["ci"]["mean"] += 0.25
+    learned["gaps"] = [g for g in learned["gaps"] if g["decoder"] == "lstm"]  # no Transformer there
+    for name in verdict.FILES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        text = (ROOT / name).read_text()
+        if name == "README.md":
+            text += "".join(f"\n<!-- {m} -->\n<!-- /{m} -->" for m in (
+                "verdict:convergence_learned:headline", "figures:convergence_learned-width")) + "\n"
+        (tmp_path / name).write_text(text)
+    committed = verdict.newest_report(ROOT).relative_to(ROOT)
+    reports = {"convergence": tmp_path / committed,
+               "convergence_learned": tmp_path / "results/convergence_learned/2026-12-07_00-00-00"
+                                              / "report.json"}
+    for grid, data in (("convergence", random), ("convergence_learned", learned)):
+        reports[grid].parent.mkdir(parents=True)
+        reports[grid].write_text(json.dumps(data))
+    monkeypatch.setattr(verdict, "newest_report", lambda root=ROOT, grid="convergence": reports.get(grid))
+    texts = verdict.generated(tmp_path)
+    readme = texts["README.md"]
+    ours = readme.split("<!-- verdict:convergence_learned:headline -->")[1]
+    assert verdict.sentences(learned, headline=True)[0] in ours
+    assert verdict.sentences(random, headline=True)[0] not in ours
+    assert verdict.sentences(random, headline=True)[0] in readme.split("<!-- verdict:convergence_learned")[0]
+    assert texts["docs/comparison.md"] == (ROOT / "docs/comparison.md").read_text()  # nothing of its there
+    tables = make_docs.report_tables(readme, "convergence_learned", learned)
+    width = tables.split("<!-- figures:convergence_learned-width -->")[1].split("<!-- /figures")[0]
+    gap = next(g for g in learned["gaps"] if (g["decoder"], g["dims"]) == ("lstm", "matched"))
+    assert f"{gap['stages'][verdict.BEST]['ci']['mean']:+.3f}" in width and "transformer" not in width
+    assert tables.split("<!-- figures:convergence_learned-width")[0] == readme.split(
+        "<!-- figures:convergence_learned-width")[0]  # the random grid's tables untouched
+    monkeypatch.setattr(verdict, "newest_report", lambda root=ROOT, grid="convergence": None
+                        if grid == "convergence_learned" else reports[grid])
+    with pytest.raises(ValueError, match="no committed report under results/convergence_learned/"):
+        verdict.generated(tmp_path)
 
 
 def test_the_benchmark_page_is_its_result_rendered():

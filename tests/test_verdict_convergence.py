@@ -1,7 +1,9 @@
 """The verdict at convergence comes from the committed report: every gap and difference of
 differences quoted in a table of the README or docs (a table with an "at convergence" column,
 rows as the report prints them) equals the newest committed results/convergence/*/report.json,
-rounded as printed, and the text links that report, not an older one."""
+rounded as printed, and the text links that report, not an older one. A table between another
+grid's markers (`<!-- figures:convergence_learned-width -->`) is that grid's: checked against
+its own newest report, never the random-feature one."""
 
 import json
 import math
@@ -19,10 +21,24 @@ NUMBER = r"([+-]\d+\.\d{3})"
 DIFF = re.compile(rf"^\**{NUMBER}(?: \[{NUMBER}, {NUMBER}\])? / \[{NUMBER}, {NUMBER}\]\**$")
 
 
-def _newest_report() -> Path | None:
-    ls = subprocess.run(["git", "ls-files", "results/convergence"], cwd=ROOT, capture_output=True, text=True)
-    reports = sorted(f for f in ls.stdout.split() if LINK.fullmatch(f))
+# another convergence grid's tables: `<!-- figures:GRID-KIND -->` ... its closing marker
+OTHER_GRID = re.compile(r"<!-- figures:(convergence_\w+)-([\w-]+) -->.*?<!-- /figures:\1-\2 -->", re.S)
+
+
+def _newest_report(grid: str = "convergence") -> Path | None:
+    ls = subprocess.run(["git", "ls-files", f"results/{grid}"], cwd=ROOT, capture_output=True, text=True)
+    link = re.compile(LINK.pattern.replace("results/convergence/", f"results/{grid}/"))
+    reports = sorted(f for f in ls.stdout.split() if link.fullmatch(f))
     return ROOT / reports[-1].replace("report.md", "report.json") if reports else None
+
+
+def _by_grid(text: str) -> dict[str, str]:
+    """{grid: the parts of `text` whose tables quote it}: each other grid's figures blocks, and
+    the rest for the random-feature grid (`convergence`)."""
+    parts: dict[str, str] = {}
+    for m in OTHER_GRID.finditer(text):
+        parts[m.group(1)] = parts.get(m.group(1), "") + m.group(0) + "\n"
+    return {"convergence": OTHER_GRID.sub("", text), **parts}
 
 
 def _label(entry: dict, row_dims: str) -> str:
@@ -89,13 +105,28 @@ def test_every_number_in_the_convergence_verdict_is_the_reports():
     report = json.loads(path.read_text())
     checked = 0
     for doc in DOCS:
-        text = (ROOT / doc).read_text()
-        if not _tables(text):
-            continue
-        links = set(LINK.findall(text))
-        assert links == {path.parent.name}, f"{doc}: link the newest committed report, {path.parent.name}"
-        checked += _check(text, report, report["stages"])
+        for grid, text in _by_grid((ROOT / doc).read_text()).items():
+            if not _tables(text):
+                continue
+            if grid != "convergence":
+                other = _newest_report(grid)
+                assert other is not None, f"{doc} quotes results/{grid}/, which has no committed report"
+                _check(text, json.loads(other.read_text()), report["stages"])
+                continue
+            links = set(LINK.findall(text))
+            assert links == {path.parent.name}, f"{doc}: link the newest committed report, {path.parent.name}"
+            checked += _check(text, report, report["stages"])
     assert checked >= 3  # a table of gaps is quoted somewhere (a rewrite that drops it fails here)
+
+
+def test_another_grids_table_is_not_checked_against_the_random_features_report():
+    """A table between figures:convergence_learned-* markers goes to that grid, and only it."""
+    table = ("| decoder | dims | difference | seeds | at convergence |\n|---|---|---|---:|---:|\n"
+             "| x | y | z | 5 | +0.100 / [+0.050, +0.150] |\n")
+    mark = "figures:convergence_learned-width"
+    text = f"intro\n\n<!-- {mark} -->\n{table}<!-- /{mark} -->\n\nend\n"
+    parts = _by_grid(text)
+    assert _tables(parts["convergence_learned"]) and not _tables(parts["convergence"])
 
 
 def test_the_convergence_check_fails_on_a_changed_number():

@@ -6,11 +6,14 @@ sentence claims more than its interval supports:
   (that interval holds the trained models fixed: another set of seeds may differ);
 - otherwise the two are "not distinguishable (within ±x)", x the larger end of the seed interval.
 
-The sentences stand in README.md and docs between `<!-- verdict:convergence -->` and
-`<!-- /verdict:convergence -->` (every sentence), or `<!-- verdict:convergence:headline -->`
-and its closing marker (the question's own: the LSTM at 512-d and 2048-d, the width's
-interaction, what the seeds can detect); `python -m captioning.compare.verdict` writes them
-from the newest committed report, and tests/test_verdict_sentences.py checks them byte for byte.
+The sentences stand in README.md and docs between `<!-- verdict:GRID -->` and
+`<!-- /verdict:GRID -->` (every sentence), or `<!-- verdict:GRID:headline -->` and its closing
+marker (the question's own: the LSTM at 512-d and 2048-d, the width's interaction, what the
+seeds can detect); GRID is a convergence grid's results folder (`convergence`: random-encoder
+features, `convergence_learned`: learned ones), and each block is made from that grid's newest
+committed report alone, so two grids' numbers never meet in one sentence.
+`python -m captioning.compare.verdict` writes them, and tests/test_verdict_sentences.py checks
+them byte for byte.
 """
 
 from __future__ import annotations
@@ -111,38 +114,51 @@ def block(report: dict, link: str, headline: bool = False) -> str:
         "trained models\": only the interval over test images does.")
 
 
-MARK = re.compile(r"(<!-- verdict:convergence(:headline|) -->)(.*?)(<!-- /verdict:convergence\2 -->)", re.S)
+# groups: 1 the opening marker, 2 the grid, 3 ":headline" or "", 4 the block, 5 the closing marker
+MARK = re.compile(r"(<!-- verdict:(convergence\w*)(:headline|) -->)(.*?)(<!-- /verdict:\2\3 -->)", re.S)
 
 
-def newest_report(root: Path = ROOT) -> Path | None:
-    ls = subprocess.run(["git", "ls-files", "results/convergence/*/report.json"], cwd=root,
+def newest_report(root: Path = ROOT, grid: str = "convergence") -> Path | None:
+    """The newest committed report.json of the grid under results/<grid>/ (None: none yet)."""
+    ls = subprocess.run(["git", "ls-files", f"results/{grid}/*/report.json"], cwd=root,
                         capture_output=True, text=True)
     found = sorted(f for f in ls.stdout.split() if "/cells/" not in f and "/sweep_" not in f)
     return root / found[-1] if found else None
 
 
-def rendered(text: str, report: dict, link: str) -> str:
-    """`text` with every verdict block replaced by the sentences of `report`."""
-    return MARK.sub(lambda m: m.group(1) + "\n" + block(report, link, bool(m.group(2))) + "\n" + m.group(4),
-                    text)
+def rendered(text: str, report: dict, link: str, grid: str = "convergence") -> str:
+    """`text` with every verdict block of `grid` replaced by the sentences of `report`."""
+    return MARK.sub(lambda m: m.group(1) + "\n" + block(report, link, bool(m.group(3))) + "\n" + m.group(5)
+                    if m.group(2) == grid else m.group(0), text)
 
 
 def generated(root: Path = ROOT) -> dict[str, str]:
-    """{file: its text with the verdict blocks made from the newest committed report}; empty
-    when there is no committed report."""
-    path = newest_report(root)
-    if path is None:
-        return {}
-    report = json.loads(path.read_text())
-    link = str(path.parent.relative_to(root) / "report.md")
-    return {name: rendered((root / name).read_text(), report,
-                           ("../" if name.startswith("docs/") else "") + link) for name in FILES}
+    """{file: its text with each grid's verdict blocks made from that grid's newest committed
+    report}; empty when no file has a block. A block whose grid has no committed report is
+    an error (it would stand unchecked)."""
+    texts = {name: (root / name).read_text() for name in FILES}
+    grids = sorted({m.group(2) for text in texts.values() for m in MARK.finditer(text)})
+    for grid in grids:
+        path = newest_report(root, grid)
+        if path is None:
+            raise ValueError(f"a verdict:{grid} block, but no committed report under results/{grid}/: "
+                             f"build it (python scripts/compare.py experiment={grid} compare.train=false) "
+                             "and commit it, or remove the block")
+        report = json.loads(path.read_text())
+        link = str(path.parent.relative_to(root) / "report.md")
+        texts = {name: rendered(text, report, ("../" if name.startswith("docs/") else "") + link, grid)
+                 for name, text in texts.items()}
+    return texts if grids else {}
 
 
 def main() -> int:
-    texts = generated()
+    try:
+        texts = generated()
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     if not texts:
-        print("no committed convergence report", file=sys.stderr)
+        print("no verdict block in " + ", ".join(FILES), file=sys.stderr)
         return 1
     for name, new in texts.items():
         if new != (ROOT / name).read_text():
