@@ -80,6 +80,18 @@ def test_status_of_a_committed_grid_trains_and_writes_nothing(tmp_path):
                           capture_output=True, text=True).stdout == before
 
 
+def test_the_learned_grids_headline_command_composes_and_reports_its_state():
+    """docs/comparison.md's headline-modes-first command: its status runs (the controls name
+    `general`, which this run leaves out) and lists no `general` cell."""
+    out = subprocess.run([sys.executable, "scripts/compare.py", "experiment=convergence_learned",
+                          "compare.status=true", "compare.sweep.train=true", "logger=none",
+                          "compare.attentions=[additive,dot,scaled_dot]"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("grid convergence_learned (results/convergence_learned): ")
+    assert "/additive/s5/" in out.stdout and "general" not in out.stdout
+
+
 def test_the_grid_wandb_run_holds_the_table_of_cells(tmp_path, monkeypatch):
     from test_wandb import read_run
 

@@ -15,6 +15,7 @@ from ..benchmark import BenchConfig, run_benchmark
 from ..data.prepare import load_dataset_records
 from ..errors import RunFault, UserError
 from ..gallery import build_gallery
+from ..models.attention import ATTENTIONS
 from ..models.cpu_speed import configure_cpu
 from ..schema import completed
 from ..schema.fields import REQUIRED
@@ -178,13 +179,14 @@ def _check_conditions(spec: dict) -> None:
         if not isinstance(pair, list | tuple) or len(pair) != 2 or not set(pair) <= known:
             raise UserError(f"compare.interactions[{i}]={pair}: give two conditions of compare."
                             f"dim_settings ({', '.join(sorted(known))}), e.g. [mismatched_whitened, matched]")
-    modes = set(spec.get("attentions") or [])
+    # a control's modes are attention modes, not necessarily this grid's: a grid run for some
+    # modes alone (compare.attentions) reports the controls whose cells it has
     for i, c in enumerate(spec.get("controls") or []):
         if (not isinstance(c, list | tuple) or len(c) != 4 or not {c[0], c[2]} <= known
-                or not {c[1], c[3]} <= modes):
+                or not {c[1], c[3]} <= set(ATTENTIONS)):
             raise UserError(f"compare.controls[{i}]={c}: give [dims, mode, other dims, other mode], "
                             f"conditions of compare.dim_settings ({', '.join(sorted(known))}) and "
-                            f"modes of compare.attentions, e.g. [matched, general, mismatched_whitened, dot]")
+                            "attention modes, e.g. [matched, general, mismatched_whitened, dot]")
     sweep = spec.get("sweep") or {}
     if not spec.get("lrs") and sweep.get("held_out") and (shared := sorted(
             set(sweep.get("seeds") or []) & set(spec.get("seeds") or []))):
