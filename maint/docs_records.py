@@ -13,11 +13,14 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MEASUREMENTS = "results/measurements"
 ZOO = "results/attention_zoo/2026-12-02_02-41-53/report.json"
+# a generated part of a doc: between `<!-- figures:NAME -->` and `<!-- /figures:NAME -->`
+MARK = re.compile(r"(<!-- figures:([\w-]+) -->)(.*?)(<!-- /figures:\2 -->)", re.S)
 
 
 def md_table(header: list[str], align: str, rows: list[list[str]]) -> str:
@@ -26,8 +29,14 @@ def md_table(header: list[str], align: str, rows: list[list[str]]) -> str:
     return "\n".join("| " + " | ".join(cells) + " |" for cells in [header, rule, *rows])
 
 
-def _read(rel: str) -> dict:
+def read(rel: str) -> dict:
+    """A committed JSON file, by its path from the repository root (the one reader: tests
+    replace it to change a figure)."""
     return json.loads((ROOT / rel).read_text())
+
+
+def fmt(v: float | None, digits: int = 1) -> str:
+    return "" if v is None else f"{v:,.{digits}f}"
 
 
 def zoo_table(report: dict) -> str:
@@ -86,7 +95,7 @@ def measurement_table(name: str) -> str:
     `text` (left-aligned), `difference` / `quotient` ([a, b]: the row's a − b, a / b), `ratio`
     (true: each row after the first also shows its value over the first row's). A row with
     `"bold": true` is the one its text picks. Absent values show empty."""
-    record = _read(f"{MEASUREMENTS}/{name}.json")
+    record = read(f"{MEASUREMENTS}/{name}.json")
     columns, first = record["columns"], record["rows"][0]
     rows = []
     for row in record["rows"]:

@@ -13,6 +13,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "maint"))
 
+import docs_records  # noqa: E402
+import docs_speed  # noqa: E402
+import docs_studies  # noqa: E402
 import make_docs  # noqa: E402
 
 
@@ -23,22 +26,22 @@ def test_make_docs_changes_nothing():
 
 
 def test_every_table_is_made_from_its_files(monkeypatch):
-    figures = json.loads(make_docs.FIGURES.read_text())
-    text = (ROOT / make_docs.BENCHMARKS).read_text()
-    assert make_docs.render_figures(text, figures) == text
+    figures = json.loads(docs_speed.FIGURES.read_text())
+    text = (ROOT / docs_speed.BENCHMARKS).read_text()
+    assert docs_speed.render_figures(text, figures) == text
     first = figures["peer"]["pairs"][0]
-    ours = make_docs._read(first["ours"])
+    ours = docs_records.read(first["ours"])
     changed = copy.deepcopy(ours)
     precision = changed["default_precision"]
     changed["train"][f"lstm/additive/{precision}"]["captions_per_s"] *= 2
-    real = make_docs._read
-    monkeypatch.setattr(make_docs, "_read", lambda rel: changed if rel == first["ours"] else real(rel))
-    assert make_docs.render_figures(text, figures) != text
+    real = docs_records.read
+    monkeypatch.setattr(docs_records, "read", lambda rel: changed if rel == first["ours"] else real(rel))
+    assert docs_speed.render_figures(text, figures) != text
 
 
 def test_a_results_command_is_its_recorded_settings():
     config = {"sections": "train", "modes": "additive", "refiners": "", "no_naive": True, "batch": 64}
-    assert make_docs.command(config) == ("python scripts/benchmark.py --sections train --modes additive "
+    assert docs_speed.command(config) == ("python scripts/benchmark.py --sections train --modes additive "
                                          "--refiners '' --no-naive")
 
 
@@ -52,19 +55,19 @@ def test_the_docs_quote_the_reports_rows_and_a_changed_number_changes_them():
     from captioning.compare.convergence import difference_table
 
     report = json.loads(verdict.newest_report(ROOT).read_text())
-    for name in make_docs.QUOTING:
+    for name in docs_studies.QUOTING:
         text = (ROOT / name).read_text()
         assert "<!-- figures:convergence-width -->" in text
-        assert make_docs.report_tables(text, "convergence", report) == text
-    table = difference_table(report, make_docs.REPORT_TABLES["width"]).splitlines()
+        assert docs_studies.report_tables(text, "convergence", report) == text
+    table = difference_table(report, docs_studies.REPORT_TABLES["width"]).splitlines()
     groups = [tuple(line.split(" | ")[:2]) for line in table[2:]]
-    asked = make_docs.REPORT_TABLES["width"]
+    asked = docs_studies.REPORT_TABLES["width"]
     assert list(dict.fromkeys(groups)) == [("| " + d, c) for d, c in asked]
     moved = copy.deepcopy(report)
     gap = next(g for g in moved["gaps"] if (g["decoder"], g["dims"]) == ("lstm", "matched"))
     gap["stages"][verdict.BEST]["ci"]["mean"] += 0.5
     readme = (ROOT / "README.md").read_text()
-    assert make_docs.report_tables(readme, "convergence", moved) != readme
+    assert docs_studies.report_tables(readme, "convergence", moved) != readme
     with pytest.raises(ValueError, match="no differences"):
         difference_table(report, [("lstm", "no_such_dims")])
 
@@ -104,7 +107,7 @@ def test_another_grids_blocks_are_made_from_its_own_report_alone(tmp_path, monke
     assert verdict.sentences(random, headline=True)[0] not in ours
     assert verdict.sentences(random, headline=True)[0] in readme.split("<!-- verdict:convergence_learned")[0]
     assert texts["docs/comparison.md"] == (ROOT / "docs/comparison.md").read_text()  # nothing of its there
-    tables = make_docs.report_tables(readme, "convergence_learned", learned)
+    tables = docs_studies.report_tables(readme, "convergence_learned", learned)
     width = tables.split("<!-- figures:convergence_learned-width -->")[1].split("<!-- /figures")[0]
     gap = next(g for g in learned["gaps"] if (g["decoder"], g["dims"]) == ("lstm", "matched"))
     assert f"{gap['stages'][verdict.BEST]['ci']['mean']:+.3f}" in width and "transformer" not in width
@@ -120,21 +123,19 @@ def test_the_benchmark_page_is_its_result_rendered():
     """docs/benchmark_cpu.md is `markdown(docs/benchmark_cpu.json)`; a changed figure moves it."""
     from captioning.benchmark import markdown
 
-    result = json.loads((ROOT / f"{make_docs.BENCHMARK_CPU}.json").read_text())
-    page = make_docs.generated()[f"{make_docs.BENCHMARK_CPU}.md"]
-    assert page == markdown(result) == (ROOT / f"{make_docs.BENCHMARK_CPU}.md").read_text()
-    estimate = make_docs.coco_estimate()
+    result = json.loads((ROOT / f"{docs_speed.BENCHMARK_CPU}.json").read_text())
+    page = make_docs.generated()[f"{docs_speed.BENCHMARK_CPU}.md"]
+    assert page == markdown(result) == (ROOT / f"{docs_speed.BENCHMARK_CPU}.md").read_text()
+    estimate = docs_speed.coco_estimate()
     assert f"{result['train']['lstm/additive/fp32']['captions_per_s']:.1f} captions/s" in estimate
     result["train"]["lstm/additive/fp32"]["captions_per_s"] += 10
     assert markdown(result) != page
 
 
-def test_every_measurement_record_is_a_table_of_a_doc_and_its_figures_are_the_records():
+def test_every_measurement_record_is_a_table_of_a_doc_and_its_figures_are_the_records(monkeypatch):
     """Each results/measurements/*.json names its command, machine and source, and fills the
     markers of at least one doc; each of its numbers is in that table as its column formats it;
     a difference or ratio column is computed from the row; a changed figure moves the table."""
-    import docs_records
-
     docs = {p: p.read_text() for p in [*(ROOT / "docs").glob("*.md"), ROOT / "README.md"]}
     names = docs_records.measurement_names()
     assert names
@@ -154,7 +155,7 @@ def test_every_measurement_record_is_a_table_of_a_doc_and_its_figures_are_the_re
     assert "| 0.543 | 0.238 | +0.305 |" in gap
     store = docs_records.measurement_table("store_memory")
     assert "4,605 MB (1.15x)" in store and "4,019 MB |" in store
-    real = docs_records._read
+    real = docs_records.read
 
     def moved(rel: str) -> dict:
         out = real(rel)
@@ -164,18 +165,14 @@ def test_every_measurement_record_is_a_table_of_a_doc_and_its_figures_are_the_re
         return out
 
     before = docs_records.measurement_table("scst")
-    docs_records._read = moved
-    try:
-        assert docs_records.measurement_table("scst") != before
-    finally:
-        docs_records._read = real
+    monkeypatch.setattr(docs_records, "read", moved)
+    assert docs_records.measurement_table("scst") != before
 
 
 def test_the_zoo_and_cost_tables_are_their_reports():
     """docs/model.md's every-mode table: a row per mode of the zoo's report (mixed, the same
     runs as additive, named in its row; the blind run last); docs/comparison.md's compute per
     part sums to the report's total runs and core-hours; changed figures move both."""
-    import docs_records
 
     from captioning.compare import verdict
 
@@ -195,21 +192,21 @@ def test_the_zoo_and_cost_tables_are_their_reports():
     assert f"| **total** | **{report['runs']}** | **{report['cpu_h']:.1f}** |" in cost
     assert sum(p["cells"] for p in report["cost"]) == report["runs"]
     assert abs(sum(p["cpu_h"] for p in report["cost"]) - report["cpu_h"]) < 1e-6
-    assert f"<!-- figures:convergence-cost -->\n{cost}\n" in (ROOT / make_docs.COMPARISON).read_text()
+    assert f"<!-- figures:convergence-cost -->\n{cost}\n" in (ROOT / docs_studies.COMPARISON).read_text()
 
 
 def test_the_summary_figures_are_the_benchmarks_and_the_peer_pairs(monkeypatch):
     """docs/summary.md's speed bullets: the benchmark's ratios and each CPU's pairs against the
     peer (their count and median), made from the files figures.json lists."""
-    figures = json.loads(make_docs.FIGURES.read_text())
-    text = make_docs.summary_speed(figures)
-    assert text in (ROOT / make_docs.SUMMARY).read_text()
-    ratios = make_docs._read(f"{make_docs.BENCHMARK_CPU}.json")["ratios"]
+    figures = json.loads(docs_speed.FIGURES.read_text())
+    text = docs_speed.summary_speed(figures)
+    assert text in (ROOT / docs_studies.SUMMARY).read_text()
+    ratios = docs_records.read(f"{docs_speed.BENCHMARK_CPU}.json")["ratios"]
     assert f"{ratios['train_lstm_additive_fp32_vs_naive_fp32']:.2f}x the naive" in text
     for cpu in {p["cpu"] for p in figures["peer"]["pairs"]}:
         n = sum(p["cpu"] == cpu for p in figures["peer"]["pairs"])
         assert f"{cpu}: LSTM + additive training" in text and f"({n} pair" in text
-    real = make_docs._read
+    real = docs_records.read
 
     def faster(rel: str) -> dict:
         out = copy.deepcopy(real(rel))
@@ -217,5 +214,5 @@ def test_the_summary_figures_are_the_benchmarks_and_the_peer_pairs(monkeypatch):
             out["ratios"]["transformer_cache_speedup"] += 1
         return out
 
-    monkeypatch.setattr(make_docs, "_read", faster)
-    assert make_docs.summary_speed(figures) != text
+    monkeypatch.setattr(docs_records, "read", faster)
+    assert docs_speed.summary_speed(figures) != text
