@@ -100,3 +100,6 @@ def test_the_learned_grids_report_holds_what_its_verdict_needs(tmp_path):
     assert row["encoder_sha256"] == json.loads((_template() / "results.json").read_text())["encoder_sha256"]
     headline = verdict.sentences(report, headline=True)
     assert 3 <= len(headline) <= 8 and all("Transformer" not in s for s in headline)
+    control = [s for s in headline if s.startswith("The learned-projection control (lstm): ")]
+    assert [s.split(": ")[1].split(" is ")[0] for s in control] == [
+        "general at 512-d − dot at 512-d", "general at 512-d − dot at 2048-d"]

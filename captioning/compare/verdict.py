@@ -75,12 +75,14 @@ NAMES = {"matched": "512-d (the top 512 components)", "mismatched_whitened": "20
 
 
 HEADLINE = ("matched", "mismatched_whitened")  # the widths the question is about
+WIDTH = {"matched": "512-d", "mismatched_whitened": "2048-d"}
 
 
 def sentences(report: dict, headline: bool = False) -> list[str]:
     """The verdict at convergence: per condition the LSTM's contrasts, each interaction, the
-    Transformer's contrasts, and what the seeds can detect; every difference by `judged`.
-    headline: only the LSTM at the HEADLINE widths and their interaction."""
+    Transformer's contrasts, the learned-projection control where the report has it, and what
+    the seeds can detect; every difference by `judged`. headline: only the LSTM at the HEADLINE
+    widths, their interaction and the control."""
     out = []
     by_dims: dict[tuple[str, str], list[str]] = {}
     for g in report["gaps"]:
@@ -100,6 +102,12 @@ def sentences(report: dict, headline: bool = False) -> list[str]:
             first, second = i["conditions"]
             out.append(f"How {first} rather than {second} changes {i['a']} − {i['b']} "
                        f"({i['decoder']}): " + judged(d, "the change") + ".")
+    for c in report.get("controls", []):  # the learned-projection control (compare.controls)
+        d = c["stages"].get(BEST)
+        if d is not None and (c["decoder"] == "lstm" or not headline):
+            a, b = (f"{c[k]} at {WIDTH.get(c[f'{k}_dims'], c[f'{k}_dims'])}" for k in ("a", "b"))
+            what = f"{a} − {b}"
+            out.append(f"The learned-projection control ({c['decoder']}): " + judged(d, what) + ".")
     if (x := detectable(report)) is not None:
         out.append(f"With 5 seeds a paired difference smaller than about ±{x:.3f} BLEU-4 cannot be "
                    "told from zero (the median half-width of the 5-seed intervals).")
