@@ -51,6 +51,56 @@ def test_each_state_read_from_the_folder_alone(tmp_path):
     assert "test BLEU-4 0.5000, 10 min, 20 CPU-min, AMD EPYC" in text and "the next run resumes it" in text
 
 
+def test_a_running_or_interrupted_cell_shows_its_last_epoch_line(tmp_path):
+    """How far a cell has got: the last epoch line of its train.log (appended by each part)."""
+    import logging
+
+    from captioning.compare.cell_log import cell_log
+
+    cells, dirs = _cells(tmp_path)
+    log = logging.getLogger("captioning.lit.console")
+    root_level = logging.getLogger().level
+    with cell_log(dirs[cells[2]]):  # the interrupted cell's two parts
+        log.info("epoch 4/40: val/bleu4 0.6012 (new best), 131 s")
+    with cell_log(dirs[cells[2]]):
+        log.info("epoch 5/40: val/bleu4 0.5990 (best 0.6012), 129 s")
+        log.warning("a warning between epochs")
+    assert logging.getLogger().level == root_level and not any(
+        getattr(h, "baseFilename", "").endswith("train.log") for h in logging.getLogger().handlers)
+    rows = grid_status(cells, dirs)
+    assert rows[2]["epoch"] == "epoch 5/40: val/bleu4 0.5990 (best 0.6012), 129 s"
+    assert rows[4]["epoch"] is None  # waiting: no log
+    text = status_text("g", tmp_path, rows)
+    assert "the next run resumes it (epoch 5/40: val/bleu4 0.5990 (best 0.6012), 129 s)" in text
+
+
+def test_the_grids_own_process_and_a_cluster_job_write_the_cells_train_log(tmp_path, monkeypatch):
+    """Serially (the grid's process) and through a submitit executor (in-process debug here,
+    SLURM on a cluster) each cell logs to its train.log as a worker's job does."""
+    import logging
+
+    from test_compare import DIMS, FakeRuns
+
+    import captioning.compare.grid as grid_mod
+    from captioning.compare.executor import make_executor
+    from captioning.compare.grid import GridRunner
+
+    fake = FakeRuns()
+
+    def train(cfg):
+        logging.getLogger("captioning.lit.console").info(f"epoch 2/2: {cfg.attention.name} done")
+        return fake.train(cfg)
+
+    monkeypatch.setattr(grid_mod, "train", train)
+    runner = GridRunner(fake.compose, [], tmp_path, DIMS)
+    serial = runner.run([Cell("lstm", "matched", "dot", 0)])
+    executor = make_executor("debug", tmp_path / ".submitit")
+    jobs = runner.run([Cell("lstm", "matched", "additive", 0)], executor)
+    for dirs, mode in ((serial, "dot"), (jobs, "additive")):
+        (out,) = dirs.values()
+        assert f"- epoch 2/2: {mode} done" in (out / "train.log").read_text()
+
+
 def test_a_resumed_runs_wall_time_is_shown_only_where_it_covers_every_part(tmp_path):
     """Older results.json files give a resumed run's last part's wall time alone: not shown as
     the run's; the CPU time (all parts) is."""

@@ -56,6 +56,23 @@ def test_two_workers_on_two_gpus_each_see_their_own(tmp_path, jobs):
     assert any(b["start"] < runs[0]["end"] for b in runs[1:])  # they did run at once
 
 
+def test_each_cell_job_writes_its_own_train_log(tmp_path, jobs):
+    """A worker's job process has no log handler of its own: the cell's epoch lines go to
+    <cell>/train.log (INFO and above), and the job leaves no handler behind."""
+    import worker_jobs
+
+    from captioning.compare.cell_log import last_epoch
+
+    failed = run_parallel(_todo(tmp_path, [{}, {}]), 2, tmp_path / "sub", job=worker_jobs.logging_cell)
+    assert failed == []
+    for k in range(2):
+        text = (tmp_path / f"cell{k}" / "train.log").read_text()
+        assert "[captioning.lit.console][INFO] - epoch 1/3: val/bleu4 0.4100 (new best)" in text
+        assert "a debug line" not in text
+        line = "epoch 1/3: val/bleu4 0.4100 (new best), val/attr_acc 0.611, 38 s"
+        assert last_epoch(tmp_path / f"cell{k}") == line
+
+
 def test_a_broken_or_killed_cell_is_named_and_the_others_finish(tmp_path, jobs):
     specs = [{}, {"broken": "attention.nonsense=1"}, {"die": True}, {}]
     failed = run_parallel(_todo(tmp_path, specs), 2, tmp_path / "sub", gpus=0, job=jobs)

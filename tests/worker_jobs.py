@@ -56,3 +56,24 @@ def before_training_cell(cfg, out) -> str:
 
     lit.train = train  # cell_job imports it from there when it runs
     return cell_job(cfg, out)
+
+
+def logging_cell(cfg, out) -> str:
+    """compare.workers' own cell_job around a stand-in training that logs an epoch line, as
+    console.EpochLine does, and a debug line (below the log's level)."""
+    import logging
+
+    import captioning.lit as lit
+    from captioning.compare.workers import cell_job
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def train(cfg) -> None:
+        log = logging.getLogger("captioning.lit.console")
+        log.info("epoch 1/3: val/bleu4 0.4100 (new best), val/attr_acc 0.611, 38 s")
+        log.debug("a debug line")
+        (out / "results.json").write_text(json.dumps({"pid": os.getpid()}))
+
+    lit.train = train
+    return cell_job(cfg, out)

@@ -19,6 +19,7 @@ from ..checkpoint import checkpoint_config, read_checkpoint
 from ..lit.training import train
 from ..models.captioner import resolved_attention
 from ..provenance import config_hash, cpu_kind, flatten, hashed_view, with_rules
+from .cell_log import cell_log
 from .lock import LOCK, CellLock
 
 log = logging.getLogger(__name__)
@@ -135,6 +136,13 @@ def cell_config(out: Path, save: bool = False) -> dict | None:
     if save:
         saved.write_text(json.dumps(view, indent=1, sort_keys=True, default=str))
     return view
+
+
+def logged_train(cfg: DictConfig) -> dict:
+    """train(cfg), its log also in its cell's train.log (compare/cell_log.py): a job on a cluster
+    or the grid's own process alike."""
+    with cell_log(Path(cfg.paths.output_dir)):
+        return train(cfg)
 
 
 class GridRunner:
@@ -330,7 +338,7 @@ class GridRunner:
                     log.info("grid: %s was finished by another process meanwhile; skipped", cell.label)
                     continue
                 changed(dirs, set())
-                train(self._prepare(cfg, out, step, cell.label))
+                logged_train(self._prepare(cfg, out, step, cell.label))
             finally:
                 lock.release()
             changed(dirs, set())
@@ -341,7 +349,7 @@ class GridRunner:
                                        on_change=lambda failed: changed(dirs, failed))
         if executor is not None and configs:
             with executor.batch():  # one job array
-                jobs = [executor.submit(train, cfg) for cfg in configs]
+                jobs = [executor.submit(logged_train, cfg) for cfg in configs]
             log.info("grid: %d jobs submitted (%s ...); waiting for them", len(jobs), jobs[0].job_id)
             for job in jobs:
                 job.result()  # a failed job raises here, with its log's path

@@ -1,14 +1,16 @@
 """Where a grid stands, read from its results folder without training anything
 (`python scripts/compare.py experiment=<name> compare.status=true`), and the same rows for the
 grid's wandb run while it trains: each cell finished (its scores), running (its lock's holder),
-interrupted (its checkpoint: the next run resumes it) or waiting; a cell of this run whose job
-failed is `failed`."""
+interrupted (its checkpoint: the next run resumes it) or waiting, a running or interrupted
+cell with the last epoch line of its train.log; a cell of this run whose job failed is
+`failed`."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from .cell_log import last_epoch
 from .grid import Cell
 from .lock import CellLock
 
@@ -26,7 +28,7 @@ def cell_state(out: Path) -> dict:
     """A cell's state from its directory alone: {state, test_bleu4, val_best, wall_s, cpu_s,
     machine, holder}; a query (it writes nothing, not even a lock file)."""
     row: dict = {"state": "waiting", "test_bleu4": None, "val_best": None, "wall_s": None,
-                 "cpu_s": None, "machine": None, "holder": None}
+                 "cpu_s": None, "machine": None, "holder": None, "epoch": None}
     done = out / "results.json"
     if done.is_file():
         res = json.loads(done.read_text())
@@ -34,9 +36,9 @@ def cell_state(out: Path) -> dict:
                 "val_best": res.get("best_score"), "wall_s": whole_wall_s(res),
                 "cpu_s": res.get("cpu_s"), "machine": res.get("machine")}
     if (holder := CellLock(out).holder()) is not None:
-        return {**row, "state": "running", "holder": holder}
+        return {**row, "state": "running", "holder": holder, "epoch": last_epoch(out)}
     if any((out / "checkpoints").glob("*.ckpt")):
-        return {**row, "state": "interrupted"}
+        return {**row, "state": "interrupted", "epoch": last_epoch(out)}
     return row
 
 
@@ -69,9 +71,10 @@ def status_text(name: str, root: Path, rows: list[dict]) -> str:
             what += f", {r['cpu_s'] / 60:.0f} CPU-min" if r["cpu_s"] else ""
             what += f", {r['machine']}" if r["machine"] else ""
         elif r["state"] == "running":
-            what = f"held by {r['holder']}"
+            what = f"held by {r['holder']}" + (f"; {r['epoch']}" if r.get("epoch") else "")
         elif r["state"] == "interrupted":
             what = "has a checkpoint: the next run resumes it"
+            what += f" ({r['epoch']})" if r.get("epoch") else ""
         else:
             what = ""
         lines.append(f"  {r['cell']:<{width}}  {r['state']:<11}  {what}".rstrip())

@@ -25,6 +25,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from ..errors import UserError
+from .cell_log import cell_log
 from .grid import Cell
 from .lock import LOCK, CellLock
 
@@ -63,7 +64,8 @@ def cell_job(cfg: DictConfig, out: Path) -> str:
     try:
         if (out / "results.json").exists():
             return "finished by another process meanwhile"
-        train(cfg)
+        with cell_log(out):  # the job's process logs nowhere else
+            train(cfg)
         return "trained"
     finally:
         lock.release()
