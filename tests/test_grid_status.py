@@ -140,6 +140,35 @@ def test_the_learned_grids_headline_command_composes_and_reports_its_state():
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.startswith("grid convergence_learned (results/convergence_learned): ")
     assert "/additive/s5/" in out.stdout and "general" not in out.stdout
+    assert "\nsweep (validation only):\n  lstm/matched/additive  " in out.stdout
+
+
+def test_the_sweeps_lines_say_each_modes_rates_begun_and_its_choice(tmp_path):
+    """A mode chosen, a mode with a rate half done (one of its two seeds), a mode not begun."""
+    from captioning.compare.status import sweep_text
+    from captioning.compare.sweep import sweep_report
+
+    lrs = [1e-3, 3e-3, 1e-2]
+    scores = {("additive", 1e-3): 0.50, ("additive", 3e-3): 0.55, ("additive", 1e-2): 0.45,
+              ("dot", 1e-3): 0.40}
+    every = [Cell("lstm", "matched", m, seed, lr) for m in ("additive", "dot", "scaled_dot")
+             for lr in lrs for seed in (5, 6)]
+    dirs = {}
+    for cell in every:
+        if (cell.attention, cell.lr) in scores and not (cell.attention == "dot" and cell.seed == 6):
+            out = tmp_path / f"{cell.attention}{cell.lr}{cell.seed}"
+            out.mkdir()
+            (out / "results.json").write_text(json.dumps({"best_score": scores[(cell.attention, cell.lr)]}))
+            dirs[cell] = out
+    text = sweep_text(sweep_report(dirs, lrs, every)["rows"], {f"lstm/matched/{m}": 2 for m in
+                                                              ("additive", "dot", "scaled_dot")})
+    lines = text.splitlines()
+    assert lines[0] == "sweep (validation only):"
+    assert lines[1].split() == ["lstm/matched/additive", "0.001", "0.5000", "(2", "of", "2", "seeds);",
+                                "0.003", "0.5500", "(2", "of", "2", "seeds);", "0.01", "0.4500", "(2", "of",
+                                "2", "seeds);", "chose", "0.003"]
+    assert lines[2].endswith("0.001 0.4000 (1 of 2 seeds); needs 0.001, 0.003, 0.01")
+    assert lines[3].endswith("lstm/matched/scaled_dot  nothing finished yet")
 
 
 def test_the_grid_wandb_run_holds_the_table_of_cells(tmp_path, monkeypatch):

@@ -41,6 +41,11 @@ class SweepPlan:
     def cells(self) -> list[Cell]:
         return list(self.sweep)
 
+    def choices(self) -> list[dict]:
+        """Each mode's row of the sweep so far (sweep_report): its chosen rate, or the rate
+        leading and the rates still needed; a mode with no finished rate has no row."""
+        return sweep_report(self.runner.finished(self.sweep), self.lrs, self.sweep)["rows"]
+
     def ready(self, taken: set[Cell]) -> list[Cell]:
         done = self.runner.finished(self.sweep)
         rows = {group_of(r): r for r in sweep_report(done, self.lrs, self.sweep)["rows"]}

@@ -27,7 +27,7 @@ from .grid import Cell, GridRunner, expand_grid, group_of
 from .plan import SweepPlan, SweepThenGrid
 from .report import build_markdown, build_report, save_plots
 from .report_figures import save_curves, save_sweep_curves
-from .status import GridBoard, grid_status, status_text
+from .status import GridBoard, grid_status, status_text, sweep_text
 from .sweep import add_margins, sweep_markdown, sweep_report
 
 log = logging.getLogger(__name__)
@@ -110,6 +110,10 @@ def _compare(cfg: DictConfig, overrides: list[str],
             cells = [c for c in plan.sweep if c in ready or runner.directory(c).is_dir()] + plan.rated()
         dirs = {c: runner.directory(runner.resolve(c)) for c in cells}
         print(status_text(spec["name"], root, grid_status(cells, dirs)))
+        if trains_sweep:
+            seeds = {g: len({c.seed for c in plan.sweep if c.group == g}) for g in dict.fromkeys(
+                c.group for c in plan.sweep)}
+            print(sweep_text(plan.choices(), seeds))
         return None
     start = time.time()
     # the grid's wandb table: cells in other processes (a cell trained in this one would end

@@ -82,6 +82,29 @@ def status_text(name: str, root: Path, rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def sweep_text(rows: list[dict], seeds: dict[str, int]) -> str:
+    """Where a learning-rate sweep stands, a line per mode (`seeds`: each mode's sweep seeds
+    per rate, in grid order): each rate begun, its mean validation score over the seeds
+    finished there and how many of them; then the rate chosen, or the rates still needed (a
+    rate counts once all its seeds have finished)."""
+    by_group = {f"{r['decoder']}/{r['dims']}/{r['attention']}": r for r in rows}
+    width = max((len(g) for g in seeds), default=4)
+    lines = ["sweep (validation only):"]
+    for group, n in seeds.items():
+        r = by_group.get(group)
+        if r is None:
+            lines.append(f"  {group:<{width}}  nothing finished yet")
+            continue
+        begun = [f"{lr} {sum(x['score'] for x in runs) / len(runs):.4f} ({len(runs)} of {n} seeds)"
+                 for lr, runs in r["rates"].items() if all(x["score"] is not None for x in runs)]
+        if r["chosen"] is not None:
+            what = f"chose {r['chosen']:g}" + (f" ({r['edge']} rate tried)" if r["edge"] else "")
+        else:
+            what = "needs " + ", ".join(f"{lr:g}" for lr in r["needed"])
+        lines.append(f"  {group:<{width}}  " + "; ".join([*begun, what]))
+    return "\n".join(lines)
+
+
 COLUMNS = ["cell", "state", "test_bleu4", "val_best", "wall_s", "cpu_s", "machine"]
 
 
