@@ -123,7 +123,7 @@ GRID_MARK = re.compile(r"(convergence\w*)-(\w+)")  # a marker's name: the grid, 
 def report_tables(text: str, grid: str, report: dict) -> str:
     """`text` with its `figures:GRID-KIND` tables of `grid` made from `report`; KIND: a table
     of REPORT_TABLES (a difference table: only the rows the report has), or `cost`."""
-    from captioning.compare.convergence import difference_table
+    from captioning.compare.convergence_tables import difference_table
 
     def table(m: re.Match) -> str:
         name = GRID_MARK.fullmatch(m.group(2))

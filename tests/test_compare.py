@@ -906,7 +906,8 @@ WIDTH = ["mismatched_whitened", "matched"]  # the width's interaction (conf/expe
 
 
 def test_the_convergence_report_pairs_by_seed_and_takes_the_difference_of_differences(tmp_path):
-    from captioning.compare.convergence import convergence_markdown, convergence_report
+    from captioning.compare.convergence import convergence_report
+    from captioning.compare.convergence_tables import convergence_markdown
     from captioning.compare.report_figures import save_curves
 
     rng = np.random.default_rng(0)
@@ -939,7 +940,8 @@ def test_a_condition_on_anothers_features_borrows_the_modes_it_did_not_run(tmp_p
     """compare.same_features: query_projected (dot only) takes additive from mismatched_whitened
     for its gap, paired by the seeds both ran, and is set against mismatched_whitened's dot (the
     projection's effect); an interaction may pair conditions through the borrowed mode too."""
-    from captioning.compare.convergence import convergence_markdown, convergence_report
+    from captioning.compare.convergence import convergence_report
+    from captioning.compare.convergence_tables import convergence_markdown
 
     rng = np.random.default_rng(1)
     scores = {("mismatched_whitened", mode, seed): (0.3, 0.4, float(rng.uniform(0.4, 0.6)))
@@ -977,7 +979,8 @@ def test_a_condition_on_anothers_features_borrows_the_modes_it_did_not_run(tmp_p
 def test_the_learned_projection_control_sets_a_mode_against_another_in_another_condition(tmp_path):
     """compare.controls: general at 512-d − dot at 512-d and − dot at 2048-d, paired by seed,
     in a table of their own (and the per-seed table); the gaps and the verdict's rows unchanged."""
-    from captioning.compare.convergence import convergence_markdown, convergence_report
+    from captioning.compare.convergence import convergence_report
+    from captioning.compare.convergence_tables import convergence_markdown
 
     rng = np.random.default_rng(2)
     scores = {(dims, mode, seed): (0.3, 0.4, float(rng.uniform(0.4, 0.6)))

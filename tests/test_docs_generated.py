@@ -52,7 +52,7 @@ def test_the_docs_quote_the_reports_rows_and_a_changed_number_changes_them():
     import pytest
 
     from captioning.compare import verdict
-    from captioning.compare.convergence import difference_table
+    from captioning.compare.convergence_tables import difference_table
 
     report = json.loads(verdict.newest_report(ROOT).read_text())
     for name in docs_studies.QUOTING:

@@ -20,7 +20,8 @@ from ..models.cpu_speed import configure_cpu
 from ..schema import completed
 from ..schema.fields import REQUIRED
 from ..schema.run import Compare
-from .convergence import convergence_markdown, convergence_report, tally
+from .convergence import convergence_report, tally
+from .convergence_tables import convergence_markdown
 from .encoder_check import encoder_check, encoder_check_markdown
 from .executor import make_executor
 from .grid import Cell, GridRunner, expand_grid, group_of
