@@ -96,6 +96,10 @@ def test_workers_never_run_more_threads_than_cores():
 def test_the_progress_line_counts_and_estimates():
     p = Progress(total=10, done=4, times=[60.0, 60.0])
     assert p.line(running=2, left=4, workers=2) == "grid: 4/10 done, 2 running, 4 left, 0 failed; ETA 3 min"
+    # under a plan the cells it may start now are more than a sweep's choices may need
+    p.decided = False
+    assert p.line(running=2, left=4, workers=2) == ("grid: 4/10 done, 2 running, up to 4 left, 0 failed; "
+                                                    "ETA at most 3 min")
 
 
 def test_a_failed_cells_line_carries_the_problems_its_error_lists():

@@ -105,14 +105,18 @@ class Progress:
     done: int = 0
     failed: list[str] = field(default_factory=list)
     times: list[float] = field(default_factory=list)  # finished cells' wall seconds
+    # False under a plan (compare/plan.py): the cells left are those it may start now, of which
+    # a sweep's choices may need fewer, so the count and its ETA are upper bounds
+    decided: bool = True
 
     def line(self, running: int, left: int, workers: int) -> str:
         eta = ""
         if self.times and (running or left):
             per_cell = sum(self.times) / len(self.times)
-            eta = f"; ETA {per_cell * (running + left) / workers / 60:.0f} min"
-        return (f"grid: {self.done}/{self.total} done, {running} running, {left} left, "
-                f"{len(self.failed)} failed{eta}")
+            eta = (f"; ETA {'' if self.decided else 'at most '}"
+                   f"{per_cell * (running + left) / workers / 60:.0f} min")
+        return (f"grid: {self.done}/{self.total} done, {running} running, "
+                f"{'' if self.decided else 'up to '}{left} left, {len(self.failed)} failed{eta}")
 
 
 def slot_parameters(slot: int, gpus: int) -> dict:
@@ -228,7 +232,7 @@ def run_parallel(todo: list[tuple[Cell, DictConfig, Path]], workers: int, folder
     gpus = gpu_count() if gpus is None else gpus
     threads = threads_per_cell([c for _, c, _ in todo], workers) if not gpus else None
     executor = submitit.LocalExecutor(folder=str(folder))
-    progress, started = Progress(len(todo)), {}
+    progress, started = Progress(len(todo), decided=refill is None), {}
     stopping: list[int] = []
 
     def refilled() -> list:
