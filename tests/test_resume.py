@@ -116,6 +116,7 @@ def test_killed_mid_epoch_resumes_exactly(killed_mid_epoch, uninterrupted, data_
     assert results["resumed"] == 1
     assert (resumed / "run" / "run.json").is_file()
     assert results["machines"] == [results["machine"]] * 2  # the killed part's and the resumed part's
+    assert results["commits"] == [results["git_commit"]] * 2  # and each part's code
     # its cost counts the killed part too (up to that part's last checkpoint)
     assert 0 < results["cpu_s_earlier_parts"] < results["cpu_s"]
     assert json.loads((uninterrupted / "run" / "results.json").read_text())["cpu_s_earlier_parts"] == 0

@@ -23,13 +23,14 @@ from .throughput import cpu_seconds
 @dataclass
 class RunFacts:
     """What train() knows of the run beside the Trainer: when it started (wall and CPU clock),
-    the code it loaded, every machine it trained on, how often it was resumed, and why it
-    trains in its precision."""
+    the code it loaded, every machine it trained on and each part's code, how often it was
+    resumed, and why it trains in its precision."""
 
     start: float
     cpu_start: float
     commit: str | None
     machines: list[str]
+    commits: list[str | None]
     resumed: int
     precision_source: str
 
@@ -65,7 +66,8 @@ def build_results(scores: dict, plain: dict, *, trainer: pl.Trainer, module: Cap
         "cpu_s": round(course["cpu_s_earlier_parts"] + cpu_seconds() - run.cpu_start, 1),
         "seed": plain["seed"],
         "config_hash": config_hash(plain),
-        "git_commit": run.commit,
+        "git_commit": run.commit,  # the last part's; each part's: commits
+        "commits": run.commits,  # None: a part recorded before runs kept their parts' commits
         # Where it ran: results reproduce per CPU kind (bf16 on AMX), not across kinds.
         "machine": cpu_kind(),
         "machines": run.machines,  # killed and resumed: each part's

@@ -100,13 +100,15 @@ def _fit_and_test(cfg: DictConfig, plain: dict, out: Path, resume_ckpt: Path | N
                             callbacks=[*run_cbs.all, CheckpointOnStop(out / "checkpoints" / "last.ckpt")])
     wandb_ids = [lg.experiment.id for lg in loggers if isinstance(lg, WandbLogger)]
     machines = [*run_info.get("machines", []), cpu_kind()]  # every machine a part of this run trained on
+    # and the code of each part (a killed run may be resumed by newer code)
+    commits = [*(run_info.get("commits") or [None] * len(run_info.get("machines", []))), commit]
     if trainer.is_global_zero:
         write_run(out, {"config_hash": config_hash(plain),
                         "wandb_id": wandb_ids[0] if wandb_ids else run_info.get("wandb_id"),
                         "resumed": run_info.get("resumed", 0) + bool(resume_ckpt),
                         "train_precision": trainer_cfg["precision"],
                         "train_precision_source": precision_source,
-                        "machines": machines})
+                        "machines": machines, "commits": commits})
     # The whole resolved config, flat (every key filters in the UI), without Hydra's plumbing.
     hparams = {k: v for k, v in flatten({k: v for k, v in plain.items() if k != "logger"}).items()
                if not k.endswith(("._target_", "._partial_"))}
@@ -127,7 +129,7 @@ def _fit_and_test(cfg: DictConfig, plain: dict, out: Path, resume_ckpt: Path | N
     results = build_results(
         scores, plain, trainer=trainer, module=module, data=datamodule.data, cbs=run_cbs,
         course=course, at_epoch=at_epoch, run=RunFacts(
-            start=start, cpu_start=cpu_start, commit=commit, machines=machines,
+            start=start, cpu_start=cpu_start, commit=commit, machines=machines, commits=commits,
             resumed=run_info.get("resumed", 0) + bool(resume_ckpt),
             precision_source=precision_source))
     if trainer.is_global_zero:
