@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 from .grid import Cell, GridRunner, group_of, rate_for
 from .status import cell_state
@@ -34,9 +35,14 @@ class SweepPlan:
         self.runner, self.sweep, self.lrs = runner, cells, lrs
         self.groups = list(dict.fromkeys(c.group for c in cells))
 
+    def report(self, done: dict[Cell, Path] | None = None) -> dict:
+        """sweep_report of the sweep so far (`done`: its finished cells, where already found)."""
+        done = self.runner.finished(self.sweep) if done is None else done
+        return sweep_report(done, self.lrs, self.sweep)
+
     def rates(self) -> dict[str, float]:
         """The rates chosen so far ("decoder/dims/attention": lr), by validation only."""
-        return sweep_report(self.runner.finished(self.sweep), self.lrs, self.sweep)["rates"]
+        return self.report()["rates"]
 
     def cells(self) -> list[Cell]:
         return list(self.sweep)
@@ -44,11 +50,15 @@ class SweepPlan:
     def choices(self) -> list[dict]:
         """Each mode's row of the sweep so far (sweep_report): its chosen rate, or the rate
         leading and the rates still needed; a mode with no finished rate has no row."""
-        return sweep_report(self.runner.finished(self.sweep), self.lrs, self.sweep)["rows"]
+        return self.report()["rows"]
 
     def ready(self, taken: set[Cell]) -> list[Cell]:
+        return resumable_first(self.runner, self._sweep_todo(taken))
+
+    def _sweep_todo(self, taken: set[Cell]) -> list[Cell]:
+        """The sweep's cells that may start now, in the plan's order (before resumable_first)."""
         done = self.runner.finished(self.sweep)
-        rows = {group_of(r): r for r in sweep_report(done, self.lrs, self.sweep)["rows"]}
+        rows = {group_of(r): r for r in self.report(done)["rows"]}
         todo = [c for c in self.sweep if c not in done and c not in taken
                 and c.lr in (rows[c.group]["needed"] if c.group in rows else self.lrs)]
         middle = math.log(min(self.lrs) * max(self.lrs)) / 2
@@ -59,7 +69,7 @@ class SweepPlan:
             turns = sum(1 for t in taken | set(done) if t.group == cell.group)
             return turns, self.groups.index(cell.group), abs(math.log(cell.lr) - centre), cell.lr, cell.seed
 
-        return resumable_first(self.runner, sorted(todo, key=order))
+        return sorted(todo, key=order)
 
 
 class SweepThenGrid(SweepPlan):
@@ -90,5 +100,5 @@ class SweepThenGrid(SweepPlan):
     def ready(self, taken: set[Cell]) -> list[Cell]:
         grid = self.rated()
         done = self.runner.finished(grid)
-        return resumable_first(self.runner, super().ready(taken)
+        return resumable_first(self.runner, self._sweep_todo(taken)
                                + [c for c in grid if c not in done and c not in taken])
