@@ -34,7 +34,7 @@ class RunCallbacks:
 
     @classmethod
     def from_config(cls, plain: dict, out: Path, logging: bool, cpu_start: float,
-                    wall_start: float | None = None) -> RunCallbacks:
+                    wall_start: float) -> RunCallbacks:
         checkpoints = checkpoint_callbacks(out, plain)
         best = checkpoints[0]
         throughput, media = Throughput(), ValidationMedia(**plain["media"])

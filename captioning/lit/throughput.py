@@ -24,10 +24,9 @@ class ComputeClock(pl.Callback):
     redone and counted again) and not the time between them. `start`: this process's
     cpu_seconds() when the run began; `wall_start`: its time.time() then."""
 
-    def __init__(self, start: float, wall_start: float | None = None) -> None:
+    def __init__(self, start: float, wall_start: float) -> None:
         self.start, self.before = start, 0.0  # before: the earlier parts' CPU seconds
-        self.wall_start = time.time() if wall_start is None else wall_start
-        self.wall_before = 0.0  # the earlier parts' wall seconds
+        self.wall_start, self.wall_before = wall_start, 0.0  # wall_before: their wall seconds
 
     def state_dict(self) -> dict:
         return {"cpu_s": self.before + cpu_seconds() - self.start,
