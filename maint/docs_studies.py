@@ -105,6 +105,9 @@ def cross_modal_table(report: dict) -> str:
 REPORT_TABLES = {
     "width": [("lstm", "matched"), ("lstm", "mismatched_whitened"),
               ("lstm", "mismatched_whitened − matched"), ("transformer", "mismatched_whitened")],
+    # the same without the Transformer's row: a grid of the LSTM alone (convergence_learned)
+    "width_lstm": [("lstm", "matched"), ("lstm", "mismatched_whitened"),
+                   ("lstm", "mismatched_whitened − matched")],
     "conditions": [("lstm", "native512"), ("lstm", "native512 − matched"),
                    ("lstm", "mismatched_whitened − native512"), ("lstm", "grid7"),
                    ("lstm", "grid7 − mismatched_whitened"), ("lstm", "query_projected")],
@@ -122,7 +125,7 @@ GRID_MARK = re.compile(r"(convergence\w*)-(\w+)")  # a marker's name: the grid, 
 
 def report_tables(text: str, grid: str, report: dict) -> str:
     """`text` with its `figures:GRID-KIND` tables of `grid` made from `report`; KIND: a table
-    of REPORT_TABLES (a difference table: only the rows the report has), or `cost`."""
+    of REPORT_TABLES (a difference table; a group the report lacks is refused), or `cost`."""
     from captioning.compare.convergence_tables import difference_table
 
     def table(m: re.Match) -> str:
@@ -135,16 +138,9 @@ def report_tables(text: str, grid: str, report: dict) -> str:
         if kind not in REPORT_TABLES:
             raise SystemExit(f"error: figures:{m.group(2)}: no such table of a convergence report; "
                              f"known: {', '.join(f'{grid}-{k}' for k in [*REPORT_TABLES, 'cost'])}")
-        rows = [g for g in REPORT_TABLES[kind] if _has_rows(report, g)]
-        return f"{m.group(1)}\n{difference_table(report, rows)}\n{m.group(4)}"
+        return f"{m.group(1)}\n{difference_table(report, REPORT_TABLES[kind])}\n{m.group(4)}"
 
     return MARK.sub(table, text)
-
-
-def _has_rows(report: dict, group: tuple[str, str]) -> bool:
-    """Whether the report has differences of (decoder, dims or "first − second")."""
-    return any((g["decoder"], g["dims"]) == group for g in report["gaps"]) or any(
-        (i["decoder"], " − ".join(i["conditions"])) == group for i in report["interactions"])
 
 
 def quoted_grids(texts: list[str]) -> list[str]:

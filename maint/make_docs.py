@@ -9,7 +9,7 @@
 - README.md's and docs/comparison.md's tables of differences from the same report
   (`<!-- figures:convergence-width -->`, `convergence-conditions`: REPORT_TABLES), and from
   another convergence grid's newest committed report under its own name
-  (`<!-- figures:convergence_learned-width -->`: results/convergence_learned/);
+  (`<!-- figures:convergence_learned-width_lstm -->`: results/convergence_learned/);
 - docs/model.md's table of attention modes from the registry (each mode's file: its score, its
   use; the parameter counts built from it), between `<!-- figures:attention-modes -->` markers;
 - docs/summary.md's table of the fixed-budget grid's differences from its report

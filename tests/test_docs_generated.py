@@ -90,7 +90,7 @@ def test_another_grids_blocks_are_made_from_its_own_report_alone(tmp_path, monke
         text = (ROOT / name).read_text()
         if name == "README.md":
             text += "".join(f"\n<!-- {m} -->\n<!-- /{m} -->" for m in (
-                "verdict:convergence_learned:headline", "figures:convergence_learned-width")) + "\n"
+                "verdict:convergence_learned:headline", "figures:convergence_learned-width_lstm")) + "\n"
         (tmp_path / name).write_text(text)
     committed = verdict.newest_report(ROOT).relative_to(ROOT)
     reports = {"convergence": tmp_path / committed,
@@ -108,11 +108,15 @@ def test_another_grids_blocks_are_made_from_its_own_report_alone(tmp_path, monke
     assert verdict.sentences(random, headline=True)[0] in readme.split("<!-- verdict:convergence_learned")[0]
     assert texts["docs/comparison.md"] == (ROOT / "docs/comparison.md").read_text()  # nothing of its there
     tables = docs_studies.report_tables(readme, "convergence_learned", learned)
-    width = tables.split("<!-- figures:convergence_learned-width -->")[1].split("<!-- /figures")[0]
+    width = tables.split("<!-- figures:convergence_learned-width_lstm -->")[1].split("<!-- /figures")[0]
     gap = next(g for g in learned["gaps"] if (g["decoder"], g["dims"]) == ("lstm", "matched"))
     assert f"{gap['stages'][verdict.BEST]['ci']['mean']:+.3f}" in width and "transformer" not in width
-    assert tables.split("<!-- figures:convergence_learned-width")[0] == readme.split(
-        "<!-- figures:convergence_learned-width")[0]  # the random grid's tables untouched
+    assert tables.split("<!-- figures:convergence_learned-width_lstm")[0] == readme.split(
+        "<!-- figures:convergence_learned-width_lstm")[0]  # the random grid's tables untouched
+    # a table asking for a row the report lacks (the Transformer's, of an LSTM-only grid) is refused
+    with pytest.raises(ValueError, match="no differences"):
+        docs_studies.report_tables(readme.replace("learned-width_lstm", "learned-width"),
+                                   "convergence_learned", learned)
     monkeypatch.setattr(verdict, "newest_report", lambda root=ROOT, grid="convergence": None
                         if grid == "convergence_learned" else reports[grid])
     with pytest.raises(ValueError, match="no committed report under results/convergence_learned/"):
