@@ -25,6 +25,7 @@ NOT_HASHED = (
     "trainer.log_every_n_steps",
     "data.cache_dir", "data.root", "data.image_root",  # where files are; their content is keyed
     "data.num_workers", "encoder.num_workers",  # the sampler, not the workers, orders the data
+    "encoder.weights_sha256",          # a check of the file whose fingerprint is hashed (weights_path)
 )
 
 # Paths whose *contents* decide the result: they enter the hash as a fingerprint of the file, so

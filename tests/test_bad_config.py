@@ -90,6 +90,31 @@ def test_pretrained_weights_absent(tiny_cfg, no_data_work, monkeypatch, tmp_path
         train(tiny_cfg("encoder.pretrained=true"))
 
 
+def test_an_encoder_file_other_than_the_pinned_one_is_refused(tiny_cfg, no_data_work, tmp_path):
+    """encoder.weights_sha256 pins the one file a config's runs read (a grid on several machines):
+    a file with other bytes (trained again) is refused before any work; the pinned file passes;
+    the pin is no part of a run's key (the file's own fingerprint is)."""
+    import hashlib
+
+    from omegaconf import OmegaConf
+
+    from captioning.provenance import config_hash
+
+    weights = tmp_path / "encoder.pth"
+    torch.save(torch.nn.Linear(2, 2).state_dict(), weights)
+    digest = hashlib.sha256(weights.read_bytes()).hexdigest()
+    base = ("encoder.pretrained=true", f"encoder.weights_path={weights}", "encoder.verify_weights=false")
+    with pytest.raises(ConfigError, match=rf"encoder.weights_path={weights}: its sha256 is {digest[:16]}"
+                                          r"\.\.\., not encoder.weights_sha256=0{16}.*Copy that file here"):
+        train(tiny_cfg(*base, "encoder.weights_sha256=" + "0" * 64))
+    plain = [OmegaConf.to_container(tiny_cfg(*base, *pin), resolve=True)
+             for pin in ([f"encoder.weights_sha256={digest}"], [f"encoder.weights_sha256={digest.upper()}"], [])]
+    from captioning.models.encoder import pinned_weights_problem
+
+    assert [pinned_weights_problem(p["encoder"]) for p in plain] == [None, None, None]
+    assert len({config_hash(p) for p in plain}) == 1
+
+
 def test_output_dir_not_writable(tiny_cfg, no_data_work, tmp_path):
     from omegaconf import open_dict
 

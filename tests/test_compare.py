@@ -552,6 +552,26 @@ def test_a_report_rebuilds_with_an_earlier_reports_throughput(tmp_path, monkeypa
     assert len(fake.trained) == trained  # refused before any cell trained
 
 
+def test_a_grid_refuses_an_encoder_file_other_than_its_pinned_one(tmp_path, monkeypatch):
+    """encoder.weights_sha256 (a learned-feature grid's one encoder file): a machine with another
+    file (trained again: other bytes) is refused before any cell trains, the status included,
+    since each of its cells would be a new cell beside the recorded ones."""
+    import captioning.compare.run as run_mod
+    from captioning.errors import UserError
+
+    weights = tmp_path / "encoder.pth"
+    weights.write_bytes(b"weights trained again")
+    fake = FakeExperiments(tmp_path, weights)
+    monkeypatch.setattr(grid_mod, "train", fake.train)
+    cfg = fake.compose(["experiment=trained"])
+    cfg.encoder.update(pretrained=True, weights_sha256="ab" * 32)
+    for status in (False, True):
+        cfg.compare.update(train=True, status=status)
+        with pytest.raises(UserError, match=r"encoder.weights_sha256=abababab.*Copy that file here"):
+            run_mod.run_comparison(cfg, ["experiment=trained"], fake.compose)
+    assert fake.trained == []
+
+
 def _committed(prefix: str = "results/") -> list[str]:
     import subprocess
 

@@ -32,6 +32,7 @@ from ..models.encoder import (
     feature_rows,
     find_weights,
     finetune_problem,
+    pinned_weights_problem,
     size_problem,
 )
 from ..models.normalizer import NORMALIZE_METHODS
@@ -296,6 +297,8 @@ def file_problems(cfg: dict, checkpoint_bytes: int) -> list[str]:
             find_weights(enc["name"], enc.get("weights_path"))
         except FileNotFoundError as err:
             problems.append(str(err))
+        if problem := pinned_weights_problem(enc):
+            problems.append(problem)
     data = cfg.get("data") or {}
     for key in ("json_path", "split_file"):
         if not data.get("synthetic") and data.get(key) and not Path(data[key]).expanduser().is_file():

@@ -199,6 +199,22 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def pinned_weights_problem(enc_cfg: dict) -> str | None:
+    """encoder.weights_sha256 names the one weights file a config's runs read (a grid worked on
+    several machines: a retrained file is another encoder, and its runs would be other cells).
+    -> what is wrong with the file at encoder.weights_path, or None (no pin, not pretrained, or
+    no file: find_weights says where it goes)."""
+    want, path = enc_cfg.get("weights_sha256"), enc_cfg.get("weights_path")
+    if not (want and enc_cfg.get("pretrained") and path and Path(path).expanduser().is_file()):
+        return None
+    if (have := file_sha256(Path(path).expanduser())) == want.lower():
+        return None
+    return (f"encoder.weights_path={path}: its sha256 is {have[:16]}..., not encoder.weights_sha256="
+            f"{want[:16]}..., the file this config's runs read. Copy that file here from a machine "
+            "that has it (a file trained again is another encoder: its runs would be other cells "
+            "than the ones recorded), or set encoder.weights_sha256=null to use this file.")
+
+
 def known_weights(name: str) -> dict[str, str]:
     """{sha256 prefix: file name} of every ImageNet file torchvision publishes for `name` (the
     prefix is in the file name, as torch.hub checks it)."""

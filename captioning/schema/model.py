@@ -29,6 +29,9 @@ class ResNet(Normalised):
     pretrained: bool = False        # true: ImageNet weights from the hub cache or weights_path (no downloads)
     weights_path: str | None = None
     verify_weights: bool = True     # the file must be one torchvision publishes (sha256); false for your own
+    # The one file this config's runs read (its hex sha256), checked before any work: a grid
+    # worked on several machines pins its encoder file here. null: any file.
+    weights_sha256: str | None = None
     init_seed: int = 0              # random init is seeded, so cached features and later captioning agree
     image_size: int = setting(128, at_least(32), note="the ResNet's stride")  # 128 -> 4x4 grid, 224 -> 7x7
     batch_size: int = setting(64, at_least(1))
