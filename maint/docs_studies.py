@@ -1,7 +1,8 @@
 """The docs' tables of the attention study (`make docs`, via maint/make_docs.py): docs/model.md's
 table of attention modes from the registry, docs/summary.md's fixed-budget grid, the tables of
 differences each convergence grid's newest committed report gives README.md and
-docs/comparison.md, and docs/results.md's runs on the built-in data."""
+docs/comparison.md, docs/learned_features.md's encoder check, and docs/results.md's runs on the
+built-in data."""
 
 from __future__ import annotations
 
@@ -115,9 +116,21 @@ REPORT_TABLES = {
 
 
 COMPARISON = "docs/comparison.md"
+LEARNED = "docs/learned_features.md"
 
 
-QUOTING = ("README.md", COMPARISON)
+QUOTING = ("README.md", COMPARISON, LEARNED)
+
+
+def encoder_check_doc() -> str:
+    """docs/learned_features.md's `figures:encoder-check`: the learned grid's encoder check, the
+    table its report opens with, from the folder its preset names (compare.encoder_check)."""
+    from omegaconf import OmegaConf
+
+    from captioning.compare.encoder_check import encoder_check, encoder_check_table
+
+    folder = OmegaConf.load(ROOT / "conf/experiment/convergence_learned.yaml").compare.encoder_check
+    return encoder_check_table(encoder_check(ROOT / folder), folder)
 
 
 GRID_MARK = re.compile(r"(convergence\w*)-(\w+)")  # a marker's name: the grid, the table kind

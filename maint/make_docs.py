@@ -16,7 +16,8 @@
   (`<!-- figures:cross-modal -->`: CROSS_MODAL) and its speed and memory bullets from the
   benchmark, the peer pairs and the store's memory record (`summary-speed`);
 - docs/results.md's table of runs on the built-in data from the records results/builtin/index.json
-  lists (`<!-- figures:builtin-runs -->`);
+  lists (`<!-- figures:builtin-runs -->`); docs/learned_features.md's encoder check from the files
+  of the learned grid's results/encoder_candidates/ (`encoder-check`);
 - docs/gpu_and_cluster.md's estimate of a COCO epoch (`coco-estimate`) and docs/benchmark_cpu.md,
   whole, from docs/benchmark_cpu.json (the tables scripts/benchmark.py
   prints for that result: `captioning.benchmark.markdown`);
@@ -53,12 +54,14 @@ from docs_speed import (  # noqa: E402
 )
 from docs_studies import (  # noqa: E402
     CROSS_MODAL,
+    LEARNED,
     MODEL,
     QUOTING,
     RESULTS,
     SUMMARY,
     builtin_table,
     cross_modal_table,
+    encoder_check_doc,
     modes_table,
     quoted_grids,
     report_tables,
@@ -88,6 +91,8 @@ def generated() -> dict[str, str]:
                                    cross_modal_table(cross_modal)),
                            "summary-speed", summary_speed(json.loads(FIGURES.read_text())))
     out[RESULTS] = _filled((ROOT / RESULTS).read_text(), "builtin-runs", builtin_table())
+    out[LEARNED] = _filled(out.get(LEARNED, (ROOT / LEARNED).read_text()), "encoder-check",
+                           encoder_check_doc())
     out[MODEL] = _filled(_filled((ROOT / MODEL).read_text(), "attention-modes", modes_table()),
                          "attention-zoo", zoo_table(records.read(ZOO)))
     out[f"{BENCHMARK_CPU}.md"] = markdown(records.read(f"{BENCHMARK_CPU}.json"))

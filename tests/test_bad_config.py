@@ -107,9 +107,10 @@ def test_an_encoder_file_other_than_the_pinned_one_is_refused(tiny_cfg, no_data_
     with pytest.raises(ConfigError, match=rf"encoder.weights_path={weights}: its sha256 is {digest[:16]}"
                                           r"\.\.\., not encoder.weights_sha256=0{16}.*Copy that file here"):
         train(tiny_cfg(*base, "encoder.weights_sha256=" + "0" * 64))
-    plain = [OmegaConf.to_container(tiny_cfg(*base, *pin), resolve=True)
-             for pin in ([f"encoder.weights_sha256={digest}"], [f"encoder.weights_sha256={digest.upper()}"], [])]
     from captioning.models.encoder import pinned_weights_problem
+
+    pins = ([f"encoder.weights_sha256={digest}"], [f"encoder.weights_sha256={digest.upper()}"], [])
+    plain = [OmegaConf.to_container(tiny_cfg(*base, *pin), resolve=True) for pin in pins]
 
     assert [pinned_weights_problem(p["encoder"]) for p in plain] == [None, None, None]
     assert len({config_hash(p) for p in plain}) == 1

@@ -55,7 +55,7 @@ def test_the_docs_quote_the_reports_rows_and_a_changed_number_changes_them():
     from captioning.compare.convergence_tables import difference_table
 
     report = json.loads(verdict.newest_report(ROOT).read_text())
-    for name in docs_studies.QUOTING:
+    for name in ("README.md", docs_studies.COMPARISON):
         text = (ROOT / name).read_text()
         assert "<!-- figures:convergence-width -->" in text
         assert docs_studies.report_tables(text, "convergence", report) == text

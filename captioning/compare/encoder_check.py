@@ -22,17 +22,13 @@ def encoder_check(folder: Path) -> list[dict]:
             for f in files for rows in [json.loads(f.read_text())] for name, row in rows.items()]
 
 
-def encoder_check_markdown(rows: list[dict], folder: str = "") -> str:
+def encoder_check_table(rows: list[dict], folder: str = "") -> str:
+    """The check's table, a row per candidate (the report's section and docs/learned_features.md)."""
     def cell(row: dict, key: str, digits: int) -> str:
         value = row.get(key)
         return "" if value is None else f"{value:.{digits}f}"
 
-    lines = ["### The encoder check", "",
-             "One additive run at seed 0 on each candidate's features (maint/encoder_candidates.py; "
-             "the command of each run is in its file): grounding is the attention mass on the object a "
-             "colour or shape word names against what uniform attention gives it; an encoder whose "
-             "every cell carries the whole answer gives ~1x and attribute accuracy at its ceiling.", "",
-             "| candidate | encoder file (sha256) | " + " | ".join(h for _, h, _ in COLUMNS)
+    lines = ["| candidate | encoder file (sha256) | " + " | ".join(h for _, h, _ in COLUMNS)
              + " | best epoch | machine |",
              "|---|---|" + "---:|" * len(COLUMNS) + "---:|---|"]
     if not rows:
@@ -42,4 +38,15 @@ def encoder_check_markdown(rows: list[dict], folder: str = "") -> str:
         lines.append(f"| {r['label']} | {(r.get('encoder_sha256') or 'random init')[:16]} | "
                      + " | ".join(cell(r, k, d) for k, _, d in COLUMNS)
                      + f" | {r.get('best_epoch', '')} | {r.get('machine', '')} |")
-    return "\n".join(lines) + "\n\n"
+    return "\n".join(lines)
+
+
+def encoder_check_markdown(rows: list[dict], folder: str = "") -> str:
+    """The report's section: what the check is, then its table."""
+    return "\n".join([
+        "### The encoder check", "",
+        "One additive run at seed 0 on each candidate's features (maint/encoder_candidates.py; "
+        "the command of each run is in its file): grounding is the attention mass on the object a "
+        "colour or shape word names against what uniform attention gives it; an encoder whose "
+        "every cell carries the whole answer gives ~1x and attribute accuracy at its ceiling.", "",
+        encoder_check_table(rows, folder)]) + "\n\n"

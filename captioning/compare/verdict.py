@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-FILES = ("README.md", "docs/summary.md", "docs/comparison.md")
+FILES = ("README.md", "docs/summary.md", "docs/comparison.md", "docs/learned_features.md")
 BEST = "best"
 
 
