@@ -107,13 +107,22 @@ def test_an_encoder_file_other_than_the_pinned_one_is_refused(tiny_cfg, no_data_
     with pytest.raises(ConfigError, match=rf"encoder.weights_path={weights}: its sha256 is {digest[:16]}"
                                           r"\.\.\., not encoder.weights_sha256=0{16}.*Copy that file here"):
         train(tiny_cfg(*base, "encoder.weights_sha256=" + "0" * 64))
-    from captioning.models.encoder import pinned_weights_problem
+    from captioning.models.encoder import weights_problem
 
     pins = ([f"encoder.weights_sha256={digest}"], [f"encoder.weights_sha256={digest.upper()}"], [])
     plain = [OmegaConf.to_container(tiny_cfg(*base, *pin), resolve=True) for pin in pins]
 
-    assert [pinned_weights_problem(p["encoder"]) for p in plain] == [None, None, None]
+    assert [weights_problem(p["encoder"]) for p in plain] == [None, None, None]
     assert len({config_hash(p) for p in plain}) == 1
+
+
+def test_own_weights_absent_say_to_make_or_copy_them(tiny_cfg, no_data_work, tmp_path):
+    """encoder.verify_weights=false names your own file: its absence is no torchvision download
+    to fetch but a file to make or copy (the pinned one's sha256 named)."""
+    with pytest.raises(ConfigError, match=r"encoder.weights_path=.*mine.pth: no such file. It is your own "
+                                          r"weights file.*copy it here.*sha256 abababababababab\.\.\."):
+        train(tiny_cfg("encoder.pretrained=true", f"encoder.weights_path={tmp_path / 'mine.pth'}",
+                       "encoder.verify_weights=false", "encoder.weights_sha256=" + "ab" * 32))
 
 
 def test_output_dir_not_writable(tiny_cfg, no_data_work, tmp_path):

@@ -555,7 +555,8 @@ def test_a_report_rebuilds_with_an_earlier_reports_throughput(tmp_path, monkeypa
 def test_a_grid_refuses_an_encoder_file_other_than_its_pinned_one(tmp_path, monkeypatch):
     """encoder.weights_sha256 (a learned-feature grid's one encoder file): a machine with another
     file (trained again: other bytes) is refused before any cell trains, the status included,
-    since each of its cells would be a new cell beside the recorded ones."""
+    since each of its cells would be a new cell beside the recorded ones; a machine without the
+    file gets the status, and is refused training before any cell."""
     import captioning.compare.run as run_mod
     from captioning.errors import UserError
 
@@ -569,6 +570,13 @@ def test_a_grid_refuses_an_encoder_file_other_than_its_pinned_one(tmp_path, monk
         cfg.compare.update(train=True, status=status)
         with pytest.raises(UserError, match=r"encoder.weights_sha256=abababab.*Copy that file here"):
             run_mod.run_comparison(cfg, ["experiment=trained"], fake.compose)
+    # no file at all: a status needs none; training is refused before its first cell
+    weights.unlink()
+    cfg.encoder.verify_weights = False
+    run_mod.run_comparison(cfg, ["experiment=trained"], fake.compose)
+    cfg.compare.status = False
+    with pytest.raises(UserError, match=r"encoder.pth: no such file. It is your own weights file"):
+        run_mod.run_comparison(cfg, ["experiment=trained"], fake.compose)
     assert fake.trained == []
 
 

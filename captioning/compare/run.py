@@ -17,7 +17,7 @@ from ..errors import RunFault, UserError
 from ..gallery import build_gallery
 from ..models.attention import ATTENTIONS
 from ..models.cpu_speed import configure_cpu
-from ..models.encoder import pinned_weights_problem
+from ..models.encoder import weights_problem
 from ..schema import completed
 from ..schema.fields import REQUIRED
 from ..schema.run import Compare
@@ -97,8 +97,10 @@ def _compare(cfg: DictConfig, overrides: list[str],
                         "attentions: [...]}} (and optionally device), e.g. '{decoder: lstm, dims: "
                         "mismatched_whitened, seed: 0, attentions: [additive, dot]}'")
     _check_conditions(spec)
-    if problem := pinned_weights_problem(OmegaConf.to_container(cfg.encoder, resolve=True)):
-        raise UserError(problem)  # every cell would read another encoder: before any of them
+    # every cell reads this encoder file: before any of them (a status needs no file, only not another one)
+    encoder = OmegaConf.to_container(cfg.encoder, resolve=True) if "encoder" in cfg else {}
+    if problem := weights_problem(encoder, absent_ok=spec["status"] or not spec["train"]):
+        raise UserError(problem)
     runner = _runner(spec, compose, overrides)
     root = runner.root
     plan = _plan(spec, runner)

@@ -30,10 +30,9 @@ from ..models.encoder import (
     dependency_problem,
     encoder_dim,
     feature_rows,
-    find_weights,
     finetune_problem,
-    pinned_weights_problem,
     size_problem,
+    weights_problem,
 )
 from ..models.normalizer import NORMALIZE_METHODS
 from ..models.refiner import REFINERS
@@ -292,13 +291,8 @@ def file_problems(cfg: dict, checkpoint_bytes: int) -> list[str]:
     dataset, its feature store)."""
     problems = []
     enc = cfg.get("encoder") or {}
-    if enc.get("pretrained") and enc.get("name") in ENCODERS:
-        try:
-            find_weights(enc["name"], enc.get("weights_path"))
-        except FileNotFoundError as err:
-            problems.append(str(err))
-        if problem := pinned_weights_problem(enc):
-            problems.append(problem)
+    if problem := weights_problem(enc):
+        problems.append(problem)
     data = cfg.get("data") or {}
     for key in ("json_path", "split_file"):
         if not data.get("synthetic") and data.get(key) and not Path(data[key]).expanduser().is_file():

@@ -199,17 +199,31 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def pinned_weights_problem(enc_cfg: dict) -> str | None:
-    """encoder.weights_sha256 names the one weights file a config's runs read (a grid worked on
-    several machines: a retrained file is another encoder, and its runs would be other cells).
-    -> what is wrong with the file at encoder.weights_path, or None (no pin, not pretrained, or
-    no file: find_weights says where it goes)."""
-    want, path = enc_cfg.get("weights_sha256"), enc_cfg.get("weights_path")
-    if not (want and enc_cfg.get("pretrained") and path and Path(path).expanduser().is_file()):
+def weights_problem(enc_cfg: dict, absent_ok: bool = False) -> str | None:
+    """What is wrong with a pretrained encoder's weights file, before any work -> a message, or
+    None. Absent: where to put it (torchvision's file; or your own, encoder.verify_weights=false:
+    make it or copy it). Present with other bytes than encoder.weights_sha256, the one file a
+    config's runs read (a grid worked on several machines): a file trained again is another
+    encoder, and its runs would be other cells. `absent_ok`: a missing file is no problem (a
+    grid's status on a machine without the file)."""
+    name, path, want = enc_cfg.get("name"), enc_cfg.get("weights_path"), enc_cfg.get("weights_sha256")
+    if not enc_cfg.get("pretrained") or name not in ENCODERS:
         return None
-    if (have := file_sha256(Path(path).expanduser())) == want.lower():
+    own = not enc_cfg.get("verify_weights", True) and ENCODERS[name].family != "clip"
+    if path and own and not Path(path).expanduser().is_file():
+        if absent_ok:
+            return None
+        return (f"encoder.weights_path={path}: no such file. It is your own weights file "
+                "(encoder.verify_weights=false), not one torchvision publishes: make it (e.g. "
+                "scripts/pretrain_encoder.py) or copy it here from a machine that has it"
+                + (f" (the one with sha256 {want[:16]}..., encoder.weights_sha256)" if want else "") + ".")
+    try:
+        found = find_weights(name, path)
+    except FileNotFoundError as err:
+        return None if absent_ok else str(err)
+    if not want or (have := file_sha256(found)) == want.lower():
         return None
-    return (f"encoder.weights_path={path}: its sha256 is {have[:16]}..., not encoder.weights_sha256="
+    return (f"encoder.weights_path={found}: its sha256 is {have[:16]}..., not encoder.weights_sha256="
             f"{want[:16]}..., the file this config's runs read. Copy that file here from a machine "
             "that has it (a file trained again is another encoder: its runs would be other cells "
             "than the ones recorded), or set encoder.weights_sha256=null to use this file.")
