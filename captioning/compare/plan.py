@@ -47,6 +47,10 @@ class SweepPlan:
     def cells(self) -> list[Cell]:
         return list(self.sweep)
 
+    def seeds(self) -> dict[str, int]:
+        """Each mode's held-out seeds per rate ("decoder/dims/attention": how many), in grid order."""
+        return {g: len({c.seed for c in self.sweep if c.group == g}) for g in self.groups}
+
     def choices(self) -> list[dict]:
         """Each mode's row of the sweep so far (sweep_report): its chosen rate, or the rate
         leading and the rates still needed; a mode with no finished rate has no row."""

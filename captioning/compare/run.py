@@ -117,9 +117,7 @@ def _compare(cfg: DictConfig, overrides: list[str],
         dirs = {c: runner.directory(runner.resolve(c)) for c in cells}
         print(status_text(spec["name"], root, grid_status(cells, dirs)))
         if trains_sweep:
-            seeds = {g: len({c.seed for c in plan.sweep if c.group == g}) for g in dict.fromkeys(
-                c.group for c in plan.sweep)}
-            print(sweep_text(plan.choices(), seeds))
+            print(sweep_text(plan.choices(), plan.seeds()))
         return None
     start = time.time()
     # the grid's wandb table: cells in other processes (a cell trained in this one would end
