@@ -245,14 +245,24 @@ def test_export_encoder_gives_a_weights_file_that_runs_like_the_tuned_encoder(tu
 def test_pretrain_encoder_writes_a_frozen_usable_weights_file(tmp_path, data_dir, targets):
     """scripts/pretrain_encoder.py on the tiny data, image-level or per-cell targets: a
     torchvision file that the encoder loads as weights (content-hash id) and a summary with the
-    learning curve and what its accuracy would be without learning."""
+    learning curve and what its accuracy would be without learning. The file is a function of
+    its command on one machine: run again, the same bytes (a grid's pinned encoder file can be
+    made again there instead of copied; encoder.weights_sha256 tells where it cannot)."""
     from conftest import TINY
 
-    out = tmp_path / "enc.pth"
     overrides = [o for o in TINY if o.startswith("data.") or o.startswith("encoder.image_size")]
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "pretrain_encoder.py"), "--out", str(out),
-                    "--encoder", "resnet18", "--epochs", "1", "--batch", "16", "--targets", targets,
-                    *overrides, f"paths.data_dir={data_dir}"], check=True, capture_output=True, text=True)
+
+    def pretrain(out: Path) -> None:
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "pretrain_encoder.py"), "--out", str(out),
+                        "--encoder", "resnet18", "--epochs", "1", "--batch", "16", "--targets", targets,
+                        *overrides, f"paths.data_dir={data_dir}"], check=True, capture_output=True, text=True)
+
+    out = tmp_path / "enc.pth"
+    pretrain(out)
+    if targets == "cells":  # the same file name: torch.save names the archive's folder after it
+        (tmp_path / "again").mkdir()
+        pretrain(tmp_path / "again" / "enc.pth")
+        assert (tmp_path / "again" / "enc.pth").read_bytes() == out.read_bytes()
     summary = json.loads(out.with_suffix(".json").read_text())
     assert summary["targets"] == targets and summary["train_images"] == 96 and len(summary["history"]) == 1
     assert 0 <= summary["history"][0]["val_acc"] <= 1
