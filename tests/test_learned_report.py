@@ -85,6 +85,9 @@ def test_the_learned_grids_report_holds_what_its_verdict_needs(tmp_path):
     report = json.loads((folder / "report.json").read_text())
     text = (folder / "report.md").read_text()
     assert report["encoder_check"] and "### The encoder check" in text
+    # what the features are, said plainly, before anything else (the preset's compare.features)
+    assert text.split("\n\n")[1].startswith("**Features.** every cell reads a ResNet-50 trained from random")
+    assert "a stand-in for ImageNet features, not ImageNet features" in text
     assert all(row["chosen"] is not None and row["edge"] is None for row in report["sweep"]["rows"])
     assert {(r["dims"], r["attention"]) for r in report["rows"]} == {
         ("matched", m) for m in ("additive", "dot", "scaled_dot", "general")} | {

@@ -246,7 +246,8 @@ def _convergence(cfg: DictConfig, spec: dict, dirs: dict[Cell, Path], runner: Gr
                  + "\n\n")
     check = (encoder_check_markdown(report["encoder_check"], spec["encoder_check"])
              if "encoder_check" in report else "")
-    markdown = check + sweep + convergence_markdown(report, figure="learning_curves.png")
+    features = f"**Features.** {' '.join(spec['features'].split())}\n\n" if spec.get("features") else ""
+    markdown = features + check + sweep + convergence_markdown(report, figure="learning_curves.png")
     report["grid_wall_s"] = train_s
     _write_report(out, spec["name"], markdown, report, train_s)
     return out

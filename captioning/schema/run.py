@@ -285,6 +285,8 @@ class Compare:
     # a folder of maint/encoder_candidates.py JSON files: the report's table of the encoders
     # considered and the one-run check that chose this grid's (learned-feature grids)
     encoder_check: str | None = None
+    # what the grid's features are, said plainly: the paragraph its convergence report opens with
+    features: str | None = None
     bootstrap_samples: int = setting(1000, at_least(1))
     train: bool = True
     # print each cell's state (finished, running, interrupted, waiting) from compare.root and stop
