@@ -37,7 +37,13 @@ def report() -> tuple[dict, str]:
     return json.loads(path.read_text()), str(path.parent.relative_to(verdict.ROOT) / "report.md")
 
 
-@pytest.mark.parametrize("name", verdict.FILES)
+# The files that hold the random-feature grid's verdict (results/convergence/); verdict.FILES also
+# names docs/learned_features.md, the home of the learned grid's verdict once its report is
+# committed (until then it holds none, and the prose checks below still read it).
+RANDOM_VERDICT = ("README.md", "docs/summary.md", "docs/comparison.md")
+
+
+@pytest.mark.parametrize("name", RANDOM_VERDICT)
 def test_each_file_holds_the_generated_verdict(name, report):
     data, link = report
     text = (verdict.ROOT / name).read_text()
@@ -47,7 +53,7 @@ def test_each_file_holds_the_generated_verdict(name, report):
         f"{name}: the verdict differs from the report's; run python -m captioning.compare.verdict")
 
 
-@pytest.mark.parametrize("name", verdict.FILES)
+@pytest.mark.parametrize("name", RANDOM_VERDICT)
 def test_a_planted_overclaim_fails(name, report):
     data, link = report
     link = ("../" + link) if name.startswith("docs/") else link
