@@ -146,6 +146,20 @@ def test_the_learned_grids_headline_command_composes_and_reports_its_state():
     assert "\nsweep (validation only):\n  lstm/matched/additive  " in table
 
 
+def test_a_report_before_the_grids_own_sweep_chose_a_rate_says_where_it_stands(tmp_path):
+    """Report only (compare.train=false) on a grid that takes its rates from its own sweep,
+    which has chosen none: one line naming the sweep's cells and the commands that move it on,
+    exit 2, nothing written (it used to advise the sweep's train flag given in the same command)."""
+    out = subprocess.run([sys.executable, "scripts/compare.py", "experiment=convergence_learned",
+                          "compare.train=false", "compare.sweep.train=true", "logger=none",
+                          f"compare.root={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stderr[-2000:]
+    line = out.stderr.strip().splitlines()[-1]
+    assert "sweep has chosen no mode's rate yet (0 of its cells finished, of at most 70," in line
+    assert "compare.status=true compare.sweep.train=true" in line and "Traceback" not in out.stderr
+    assert not any(tmp_path.iterdir())
+
+
 def test_the_sweeps_lines_say_each_modes_rates_begun_and_its_choice(tmp_path):
     """A mode chosen, a mode with a rate half done (one of its two seeds), a mode not begun."""
     from captioning.compare.status import sweep_text

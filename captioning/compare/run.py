@@ -108,6 +108,8 @@ def _compare(cfg: DictConfig, overrides: list[str],
     if after_sweep:  # the modes compare.rates leaves out take the rate their sweep chose
         spec["rates"] = plan.rates()
     trains_sweep = after_sweep and spec["train"] and bool(spec["sweep"].get("train"))
+    if after_sweep and not spec["train"] and not spec["status"] and not spec["rates"]:
+        raise UserError(_sweep_unfinished(spec["name"], plan))
     # a grid that trains its sweep first learns its cells' rates as it goes
     cells = plan.cells() if trains_sweep else at_chosen_rates(spec, expand_grid(spec))
     if spec["status"]:  # where the grid stands; nothing trained, nothing written
@@ -308,6 +310,17 @@ def _section(name: str, overrides: list[str], compose: Callable[[list[str]], Dic
                         f"`{cfg.encoder.weights_path or 'random init'}`; "
                         f"{len(set(dirs.values()))} finished runs.")
     return section
+
+
+def _sweep_unfinished(name: str, plan: SweepThenGrid) -> str:
+    """Report only, before the grid's own sweep has chosen any rate: where the sweep stands and
+    the two commands that move it on (no report of a grid without cells)."""
+    done = len(plan.runner.finished(plan.sweep))
+    return (f"compare.train=false: experiment={name} has no cell to report yet: its learning-rate "
+            f"sweep has chosen no mode's rate yet ({done} of its cells finished, of at most "
+            f"{len(plan.sweep)}, under {plan.runner.root / 'cells'}). Train it with "
+            "compare.sweep.train=true; compare.status=true compare.sweep.train=true shows where "
+            "each mode stands")
 
 
 def at_chosen_rates(spec: dict, cells: list[Cell]) -> list[Cell]:
