@@ -15,7 +15,8 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 import captioning.provenance as provenance
-from captioning.compare.grid import Cell, GridRunner
+from captioning.compare.cells import Cell
+from captioning.compare.grid import GridRunner
 from captioning.provenance import fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,7 +102,7 @@ def test_the_learned_feature_preset_finds_each_of_its_committed_cells(monkeypatc
     real = provenance.file_fingerprint
     monkeypatch.setattr(provenance, "file_fingerprint", lambda path: next(iter(weights))
                         if str(path).endswith("resnet50_builtin_cells.pth") else real(path))
-    from captioning.compare.grid import expand_grid
+    from captioning.compare.cells import expand_grid
     from captioning.schema import completed
     from captioning.schema.run import Compare
 

@@ -19,7 +19,7 @@ from captioning.compare import (
     expand_grid,
     save_plots,
 )
-from captioning.compare.grid import rate_for
+from captioning.compare.cells import rate_for
 from captioning.lit import train
 from captioning.models import resolved_attention
 from captioning.schema import completed

@@ -136,8 +136,8 @@ def test_early_stopping_on_the_smoothed_curve_ends_a_flat_run(tiny_cfg):
 def test_the_compute_is_counted_per_part_and_a_cell_of_both_sweep_and_grid_once(tmp_path):
     """convergence.tally: runs and core-hours from each cell's cpu_s, split per decoder x
     features x role; a cell the sweep and the grid share (one hash, one folder) is the grid's."""
+    from captioning.compare.cells import Cell
     from captioning.compare.convergence import tally
-    from captioning.compare.grid import Cell
 
     def cell(name: str, cpu_s: float) -> Path:
         out = tmp_path / name

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from captioning.compare.grid import Cell
+from captioning.compare.cells import Cell
 from captioning.compare.lock import LOCK, CellLock
 from captioning.compare.status import GridBoard, cell_state, grid_status, status_text
 

@@ -14,7 +14,8 @@ from omegaconf import open_dict
 from test_compare import DIMS, FakeRuns
 
 import captioning.compare.grid as grid_mod
-from captioning.compare.grid import GridRunner, expand_grid
+from captioning.compare.cells import expand_grid
+from captioning.compare.grid import GridRunner
 from captioning.compare.plan import SweepThenGrid
 from captioning.schema import completed
 from captioning.schema.run import Compare

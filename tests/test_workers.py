@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from captioning.compare.grid import Cell
+from captioning.compare.cells import Cell
 from captioning.compare.workers import Progress, run_parallel, threads_per_cell
 from captioning.errors import RunFault, UserError
 

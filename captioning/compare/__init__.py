@@ -1,7 +1,8 @@
 """The controlled comparison: a grid of training runs (cells) keyed by config hash, and its
 report with uncertainty."""
 
-from .grid import Cell, GridRunner, expand_grid
+from .cells import Cell, expand_grid
+from .grid import GridRunner
 from .report import build_markdown, build_report, save_plots
 
 __all__ = [

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..metrics.stats import bootstrap_bleu, count_references, percentile_interval, t_interval
-from .grid import Cell
+from .cells import Cell
 from .report import cell_provenance, image_stats, predicted
 
 BEST = "best"  # the stage of best.ckpt; the others are snapshot epochs ("2", "5")

@@ -13,7 +13,8 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from .grid import Cell, GridRunner, group_of, rate_for
+from .cells import Cell, group_of, rate_for
+from .grid import GridRunner
 from .status import cell_state
 from .sweep import sweep_report
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..data.vocab import tokenize
 from ..metrics.stats import bleu_stats, bootstrap_bleu, count_references, percentile_interval, t_interval
-from .grid import BLIND, Cell
+from .cells import BLIND, Cell
 
 
 def predicted(path: Path) -> dict:

@@ -21,11 +21,12 @@ from ..models.encoder import weights_problem
 from ..schema import completed
 from ..schema.fields import REQUIRED
 from ..schema.run import Compare
+from .cells import Cell, expand_grid, group_of
 from .convergence import convergence_report, tally
 from .convergence_tables import convergence_markdown
 from .encoder_check import encoder_check, encoder_check_markdown
 from .executor import make_executor
-from .grid import Cell, GridRunner, expand_grid, group_of
+from .grid import GridRunner
 from .plan import SweepPlan, SweepThenGrid
 from .report import build_markdown, build_report, save_plots
 from .report_figures import save_curves, save_sweep_curves

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from .cell_log import last_epoch
-from .grid import Cell
+from .cells import Cell
 from .lock import CellLock
 
 STATES = ("finished", "running", "interrupted", "failed", "waiting")

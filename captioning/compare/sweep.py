@@ -9,7 +9,7 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-from .grid import Cell, group_of
+from .cells import Cell, group_of
 
 SPAN = 10.0  # a choice needs finished rates spanning this factor at least
 MIN_RATES = 3

@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 
 from ..errors import UserError
 from .cell_log import cell_log
-from .grid import Cell
+from .cells import Cell
 from .lock import LOCK, CellLock
 
 log = logging.getLogger(__name__)
