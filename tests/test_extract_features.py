@@ -12,7 +12,7 @@ from conftest import TINY, compose_cfg, shrink
 from omegaconf import OmegaConf
 
 from captioning.data.export import export_features
-from captioning.data.precomputed import FORMATS
+from captioning.data.feature_source import FORMATS
 from captioning.data.prepare import dataset_features
 from captioning.errors import UserError
 

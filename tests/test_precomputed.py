@@ -13,7 +13,8 @@ import torch
 from conftest import TINY, TINY_DECODERS, compose_cfg, config_options
 from omegaconf import OmegaConf
 
-from captioning.data.precomputed import FORMATS, Source, precomputed_features, scan
+from captioning.data.feature_source import FORMATS, Source
+from captioning.data.precomputed import precomputed_features, scan
 from captioning.data.prepare import load_dataset_records
 from captioning.errors import UserError
 from captioning.models.captioner import build_captioner

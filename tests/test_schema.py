@@ -190,8 +190,8 @@ def test_allowed_values_come_from_the_code_that_reads_them(override):
     """A set of allowed values has one home, which the reading code imports: every value the
     code accepts passes the check (compare.executor=debug was once refused by a copy of the set)."""
     from captioning.compare.executor import EXECUTORS
+    from captioning.data.feature_source import FORMATS as FEATURE_FORMATS
     from captioning.data.formats import FORMATS
-    from captioning.data.precomputed import FORMATS as FEATURE_FORMATS
 
     assert EXECUTORS is schema.run.EXECUTORS and FORMATS is schema.data.DATA_FORMATS
     assert FEATURE_FORMATS is schema.model.FEATURE_FORMATS

@@ -1,5 +1,5 @@
 """Extract once, train many times: a dataset's encoder features, from its feature store, written
-in a layout encoder=precomputed reads (data/precomputed.py), so features extracted on one
+in a layout encoder=precomputed reads (data/feature_source.py), so features extracted on one
 machine (a GPU) train any number of comparisons elsewhere.
 
     npy_dir  <out>/<image_id>.npy, each (N, C)

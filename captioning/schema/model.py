@@ -56,7 +56,7 @@ class ResNet(Normalised):
                                                        "[low, high] with 0 < low <= high <= 1"))
 
 
-# The layouts of precomputed feature files data/precomputed.py reads.
+# The layouts of precomputed feature files data/feature_source.py reads.
 FEATURE_FORMATS = ("npy_dir", "npz_dir", "npz")
 
 
