@@ -37,7 +37,7 @@ from captioning.device import resolve_device
 from captioning.errors import ArgumentParser, UserError, report_user_errors
 from captioning.metrics.grounding import box_cells
 from captioning.models.cpu_speed import configure_cpu
-from captioning.models.encoder import ENCODERS, IMAGENET_MEAN, IMAGENET_STD, grid_cells
+from captioning.models.encoder_specs import ENCODERS, IMAGENET_MEAN, IMAGENET_STD, grid_cells
 
 # The per-cell targets: each attribute's values, then "nothing" (the background's share).
 CELL_GROUPS = {"colour": tuple(COLOURS), "shape": SHAPES, "size": SIZES}

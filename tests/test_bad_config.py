@@ -107,7 +107,7 @@ def test_an_encoder_file_other_than_the_pinned_one_is_refused(tiny_cfg, no_data_
     with pytest.raises(ConfigError, match=rf"encoder.weights_path={weights}: its sha256 is {digest[:16]}"
                                           r"\.\.\., not encoder.weights_sha256=0{16}.*Copy that file here"):
         train(tiny_cfg(*base, "encoder.weights_sha256=" + "0" * 64))
-    from captioning.models.encoder import weights_problem
+    from captioning.models.encoder_weights import weights_problem
 
     pins = ([f"encoder.weights_sha256={digest}"], [f"encoder.weights_sha256={digest.upper()}"], [])
     plain = [OmegaConf.to_container(tiny_cfg(*base, *pin), resolve=True) for pin in pins]

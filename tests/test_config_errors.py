@@ -126,7 +126,7 @@ def test_pretrained_weights_are_checked_against_torchvision_hashes(tmp_path, mon
     import torch
     import torchvision
 
-    from captioning.models import encoder as encoder_mod
+    from captioning.models import encoder_weights as encoder_mod
 
     path = tmp_path / "r18.pth"
     torch.save(torchvision.models.resnet18().state_dict(), path)

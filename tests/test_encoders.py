@@ -13,7 +13,8 @@ from conftest import TINY_DECODERS, compose_cfg, config_options
 
 from captioning.models.captioner import build_captioner
 from captioning.models.decoders import build_decoder
-from captioning.models.encoder import ENCODERS, build_encoder, feature_rows, grid_cells
+from captioning.models.encoder import build_encoder
+from captioning.models.encoder_specs import ENCODERS, feature_rows, grid_cells
 
 NEW = ["convnext_tiny", "swin_t", "vit_b_16", "clip_vit_b_32", "clip_vit_b_16"]
 MODES = config_options("attention")
@@ -150,7 +151,7 @@ def test_clip_without_its_file_or_its_package_is_refused_before_any_work(tmp_pat
                            "logger=none"], cwd=root, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "encoder.weights_path" in done.stderr and "Traceback" not in done.stderr
     assert not any((tmp_path / "data").iterdir())  # nothing was started
-    from captioning.models.encoder import dependency_problem
+    from captioning.models.encoder_specs import dependency_problem
 
     monkeypatch.setitem(sys.modules, "open_clip", None)  # as if the extra were not installed
     assert 'pip install -e ".[clip]"' in dependency_problem("clip_vit_b_16")

@@ -16,13 +16,8 @@ from captioning.checkpoint import read_checkpoint
 from captioning.data.augment import MIRRORED, augment, draw_generator, mirror_tokens
 from captioning.data.sampler import EpochShuffle
 from captioning.lit import train
-from captioning.models.encoder import (
-    ResNetEncoder,
-    build_encoder,
-    build_tunable_encoder,
-    torchvision_state,
-    tuning_stages,
-)
+from captioning.models.encoder import ResNetEncoder, build_encoder, build_tunable_encoder, torchvision_state
+from captioning.models.encoder_specs import tuning_stages
 from captioning.schema import ResNet, completed
 
 ROOT = Path(__file__).resolve().parents[1]

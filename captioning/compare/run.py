@@ -17,7 +17,7 @@ from ..errors import RunFault, UserError
 from ..gallery import build_gallery
 from ..models.attention import ATTENTIONS
 from ..models.cpu_speed import configure_cpu
-from ..models.encoder import weights_problem
+from ..models.encoder_weights import weights_problem
 from ..schema import completed
 from ..schema.fields import REQUIRED
 from ..schema.run import Compare

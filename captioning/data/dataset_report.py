@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 
 from ..models.attention.position import grid_side
-from ..models.encoder import global_first
+from ..models.encoder_specs import global_first
 from .prepare import dataset_features
 from .vocab import Vocabulary
 

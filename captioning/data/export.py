@@ -26,7 +26,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..errors import UserError
-from ..models.encoder import global_first
+from ..models.encoder_specs import global_first
 from ..schema.fields import unset
 from .prepare import dataset_features
 from .store import write_text_atomic

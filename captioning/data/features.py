@@ -16,7 +16,8 @@ from tqdm import tqdm
 
 from ..device import resolve_device
 from ..models import precision_choice as calibrated
-from ..models.encoder import ResNetEncoder, autocast_dtype, encoder_dim, feature_rows
+from ..models.encoder import ResNetEncoder, autocast_dtype
+from ..models.encoder_specs import encoder_dim, feature_rows
 from ..provenance import cpu_kind, fingerprint
 from .images import MAX_PIXELS, ImageFiles
 from .store import FeatureStore, LazyFeatures, adopt_store, is_complete

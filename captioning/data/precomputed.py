@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from ..errors import UserError
 from ..models.attention.position import grid_side
-from ..models.encoder import global_first
+from ..models.encoder_specs import global_first
 from ..provenance import fingerprint
 from .feature_source import Source
 from .records import ImageRecord

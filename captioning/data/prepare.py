@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from ..errors import UserError
-from ..models.encoder import ResNetEncoder, build_encoder, global_first
+from ..models.encoder import ResNetEncoder, build_encoder
+from ..models.encoder_specs import global_first
 from ..models.normalizer import FeatureNormalizer, fit_normalizer
 from ..schema.fields import unset
 from .checks import check_files, check_splits

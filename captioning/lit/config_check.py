@@ -24,16 +24,16 @@ from .. import schema
 from ..errors import UserError
 from ..models.attention import cross_attention_modules
 from ..models.captioner import build_captioner
-from ..models.encoder import (
+from ..models.encoder import PRECISIONS
+from ..models.encoder_specs import (
     ENCODERS,
-    PRECISIONS,
     dependency_problem,
     encoder_dim,
     feature_rows,
     finetune_problem,
     size_problem,
-    weights_problem,
 )
+from ..models.encoder_weights import weights_problem
 from ..models.normalizer import NORMALIZE_METHODS
 from ..models.refiner import REFINERS
 from ..predict import decode_problems

@@ -13,7 +13,7 @@ import torch
 from ..data.prepare import PreparedData
 from ..models.attention import cross_attention_modules
 from ..models.captioner import attention_choice
-from ..models.encoder import file_sha256
+from ..models.encoder_weights import file_sha256
 from ..provenance import config_hash, cpu_kind
 from .module import CaptioningModule
 from .run_callbacks import RunCallbacks

@@ -5,7 +5,8 @@ from .beam import Hypothesis, beam_search
 from .captioner import Captioner, build_captioner, resolved_attention
 from .decoders import DECODERS, build_decoder
 from .decoding import greedy_decode
-from .encoder import ENCODERS, ResNetEncoder, build_encoder, encoder_dim, feature_dim
+from .encoder import ResNetEncoder, build_encoder
+from .encoder_specs import ENCODERS, encoder_dim, feature_dim
 from .normalizer import FeatureNormalizer, fit_normalizer
 
 __all__ = [

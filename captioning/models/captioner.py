@@ -17,7 +17,8 @@ from torch import nn
 from .beam import Hypothesis, beam_search
 from .decoders import build_decoder
 from .decoding import greedy_decode, sample_decode
-from .encoder import TunableEncoder, build_tunable_encoder, feature_dim, global_first
+from .encoder import TunableEncoder, build_tunable_encoder
+from .encoder_specs import feature_dim, global_first
 from .normalizer import FeatureNormalizer
 from .refiner import build_refiner
 

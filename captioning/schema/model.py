@@ -8,7 +8,7 @@ from .fields import REQUIRED, Rule, above, at_least, between, from_signature, on
 
 # decoder=<name>: the decoder's constructor keywords (models/decoders/), derived from them; the
 # vocabulary, feature width and attention are the run's, not settings.
-# global_first is the encoder's to say (models/encoder.py: global_first), not a decoder setting
+# global_first is the encoder's to say (models/encoder_specs.py: global_first), not a decoder setting
 DECODER = {name: from_signature(name, DECODERS[name], skip=("global_first",)) for name in DECODERS}
 
 
