@@ -482,13 +482,14 @@ def test_report_sections_hold_another_experiments_cells(tmp_path, monkeypatch, c
     from types import SimpleNamespace
 
     import captioning.compare.run as run_mod
+    import captioning.compare.writers as writers_mod
 
     weights = tmp_path / "encoder.pth"
     weights.write_bytes(b"trained")
     fake = FakeExperiments(tmp_path, weights)
     monkeypatch.setattr(grid_mod, "train", fake.train)
     record = SimpleNamespace(image_id="i1", split="test", captions=[["a", "red", "circle"]])
-    monkeypatch.setattr(run_mod, "load_dataset_records", lambda data: ([record], None, None))
+    monkeypatch.setattr(writers_mod, "load_dataset_records", lambda data: ([record], None, None))
     for name in ("main", "trained"):
         spec = fake.compose([f"experiment={name}"]).compare
         compose = lambda extra, n=name: fake.compose([f"experiment={n}", *extra])  # noqa: E731
@@ -525,23 +526,24 @@ def test_a_report_rebuilds_with_an_earlier_reports_throughput(tmp_path, monkeypa
     from types import SimpleNamespace
 
     import captioning.compare.run as run_mod
+    import captioning.compare.writers as writers_mod
     from captioning.errors import UserError
 
     fake = FakeExperiments(tmp_path, tmp_path / "encoder.pth")
     monkeypatch.setattr(grid_mod, "train", fake.train)
     record = SimpleNamespace(image_id="i1", split="test", captions=[["a", "red", "circle"]])
-    monkeypatch.setattr(run_mod, "load_dataset_records", lambda data: ([record], None, None))
+    monkeypatch.setattr(writers_mod, "load_dataset_records", lambda data: ([record], None, None))
     cfg = fake.compose(["experiment=main"])
     GridRunner(fake.compose, [], tmp_path / "main", DIMS).run(expand_grid(cfg.compare))
     trained = len(fake.trained)
     measured = {"shapes": "batch 2", "device": "cpu", "lstm_dot_over_additive": 1.234}
-    monkeypatch.setattr(run_mod, "throughput", lambda spec: measured)
+    monkeypatch.setattr(writers_mod, "throughput", lambda spec: measured)
     cfg.compare.benchmark = True
     first = run_mod.run_comparison(cfg, ["experiment=main"], fake.compose)
     markdown = (first / "report.md").read_text()
     assert "lstm_dot_over_additive: 1.23x" in markdown
 
-    monkeypatch.setattr(run_mod, "throughput", lambda spec: pytest.fail("measured again"))
+    monkeypatch.setattr(writers_mod, "throughput", lambda spec: pytest.fail("measured again"))
     cfg.compare.update(benchmark=False, throughput_from=str(first / "report.json"))
     again = run_mod.run_comparison(cfg, ["experiment=main"], fake.compose)
     assert (again / "report.md").read_text() == markdown
@@ -641,13 +643,13 @@ def test_every_committed_report_is_rebuilt_by_the_suite():
 def test_a_gallery_of_cells_trains_again_only_the_ones_without_a_checkpoint(tmp_path, monkeypatch):
     """compare.gallery: the chosen cells side by side; a committed cell (no checkpoint) is
     trained again into gallery_runs/ for its attention, its own predictions.json still shown."""
-    from captioning.compare import run as run_mod
+    from captioning.compare import writers as writers_mod
     from captioning.errors import UserError
 
     fake = FakeRuns()
     monkeypatch.setattr(grid_mod, "train", fake.train)
     built = {}
-    monkeypatch.setattr(run_mod, "build_gallery", lambda folders, out, names, **kw: built.update(
+    monkeypatch.setattr(writers_mod, "build_gallery", lambda folders, out, names, **kw: built.update(
         folders=folders, names=names, **kw) or {"images": 0, "runs": []})
     runner = GridRunner(fake.compose, [], tmp_path, DIMS)
     cells = [Cell("lstm", "matched", mode, 0) for mode in ("additive", "dot")]
@@ -657,14 +659,14 @@ def test_a_gallery_of_cells_trains_again_only_the_ones_without_a_checkpoint(tmp_
     want = {"decoder": "lstm", "dims": "matched", "seed": 0, "attentions": ["additive", "dot"],
             "device": "auto"}
     with pytest.raises(UserError, match="forbids training it again"):
-        run_mod._gallery(want, runner, dirs, tmp_path / "g", train_missing=False)
-    run_mod._gallery(want, runner, dirs, tmp_path / "g", train_missing=True)
+        writers_mod._gallery(want, runner, dirs, tmp_path / "g", train_missing=False)
+    writers_mod._gallery(want, runner, dirs, tmp_path / "g", train_missing=True)
     assert fake.trained == ["additive/512/0/False", "dot/512/0/False", "additive/512/0/False"]
     assert built["folders"] == [dirs[c] for c in cells] and built["names"] == [c.label for c in cells]
     assert built["checkpoints"] == [tmp_path / "gallery_runs" / dirs[cells[0]].name / "checkpoints"
                                     / "best.ckpt", None]
     with pytest.raises(UserError, match="no finished cell lstm/matched/scaled_dot/s0"):
-        run_mod._gallery({**want, "attentions": ["scaled_dot"]}, runner, dirs, tmp_path / "g", True)
+        writers_mod._gallery({**want, "attentions": ["scaled_dot"]}, runner, dirs, tmp_path / "g", True)
 
 
 def test_a_sweep_runs_every_cell_at_each_rate_and_rates_give_each_cell_its_own():

@@ -21,7 +21,8 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from captioning.compare import verdict
-from captioning.compare.run import _plan, _runner
+from captioning.compare.grid import grid_runner
+from captioning.compare.run import _plan
 from captioning.schema import completed, register
 from captioning.schema.run import Compare
 
@@ -48,7 +49,7 @@ def _fill(root: Path, overrides: list[str]) -> dict[str, float]:
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("compare", overrides=overrides)
         spec = completed(OmegaConf.to_container(cfg.compare, resolve=True), Compare, "compare.")
-        runner = _runner(spec, lambda extra: compose("train", overrides=extra), overrides)
+        runner = grid_runner(spec, lambda extra: compose("train", overrides=extra), overrides)
         plan = _plan(spec, runner)
 
         def finish(cell) -> None:

@@ -350,3 +350,11 @@ class GridRunner:
             if again is not None:
                 out.append({"cell": cell.label, "first": first["test/bleu4"], "again": again["test/bleu4"]})
         return out
+
+
+def grid_runner(spec: dict, compose: Callable[[list[str]], DictConfig], overrides: list[str]) -> GridRunner:
+    """The grid of one experiment: its cells under <compare.root>/<name>/cells; every other
+    experiment under the same root shares its finished cells (same hash = same run)."""
+    root = Path(spec["root"]) / spec["name"]
+    shared = sorted(p for p in root.parent.glob("*") if (p / "cells").is_dir() and p != root)
+    return GridRunner(compose, overrides, root, spec["dim_settings"], spec["decoder_settings"], shared)

@@ -1,69 +1,31 @@
-"""The whole comparison: train the grid's missing cells, re-run some for reproducibility,
-measure dot/additive throughput, write the report (Markdown, JSON, plots, a wandb run)."""
+"""The whole comparison: check the grid's settings, train its missing cells (its sweep's first,
+where it chooses their rates), or say where it stands (compare.status); then write its report
+(compare/writers.py)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
-from ..benchmark import BenchConfig, run_benchmark
-from ..data.prepare import load_dataset_records
 from ..errors import RunFault, UserError
-from ..gallery import build_gallery
 from ..models.attention import ATTENTIONS
 from ..models.cpu_speed import configure_cpu
 from ..models.encoder_weights import weights_problem
 from ..schema import completed
 from ..schema.fields import REQUIRED
 from ..schema.run import Compare
-from .cells import Cell, expand_grid, group_of
-from .convergence import convergence_report, tally
-from .convergence_tables import convergence_markdown
-from .encoder_check import encoder_check, encoder_check_markdown
+from .cells import Cell, expand_grid
 from .executor import make_executor
-from .grid import GridRunner
+from .grid import GridRunner, grid_runner
 from .plan import SweepPlan, SweepThenGrid
-from .report import build_markdown, build_report, save_plots
-from .report_figures import save_curves, save_sweep_curves
 from .status import GridBoard, grid_status, status_text, sweep_text
-from .sweep import add_margins, sweep_markdown, sweep_report
+from .writers import write_convergence, write_standard, write_sweep
 
 log = logging.getLogger(__name__)
-
-
-def throughput(spec: dict) -> dict:
-    """dot / additive training throughput from the benchmark (one process, same shapes)."""
-    settings = BenchConfig(sections="train", modes="additive,dot", decoders=",".join(spec["decoders"]),
-                           no_naive=True, **spec["benchmark_args"])
-    return ratios_of(run_benchmark(settings))
-
-
-def ratios_of(res: dict) -> dict:
-    """The dot/additive ratios (and shapes, device) of a run_benchmark result."""
-    c = res["config"]
-    out = {"shapes": f"batch {c['batch']}, {c['grid']}x{c['grid']}x{c['feature_dim']} features, "
-                     f"width {c['d_model']}, vocabulary {c['vocab']}, {res['threads']} threads",
-           "device": res["device"]}
-    out.update({k: v for k, v in res["ratios"].items() if "dot_over_additive" in k})
-    return out
-
-
-def _throughput(spec: dict) -> dict:
-    """The benchmark's ratios: measured now, none, or (compare.throughput_from) read from a
-    committed file, so that a committed report rebuilds exactly from committed files: a
-    `scripts/benchmark.py --json` output (the measurement itself) or an earlier report.json."""
-    source = spec["throughput_from"]
-    if source:
-        data = json.loads(Path(source).read_text())
-        if "ratios" in data:  # scripts/benchmark.py --json: the measurement itself, committed
-            return {**ratios_of(data), "source": str(source)}
-        return data.get("throughput", {})  # a report.json: the ratios it showed
-    return throughput(spec) if spec["benchmark"] else {}
 
 
 def run_comparison(cfg: DictConfig, overrides: list[str],
@@ -102,7 +64,7 @@ def _compare(cfg: DictConfig, overrides: list[str],
     encoder = OmegaConf.to_container(cfg.encoder, resolve=True) if "encoder" in cfg else {}
     if problem := weights_problem(encoder, absent_ok=spec["status"] or not spec["train"]):
         raise UserError(problem)
-    runner = _runner(spec, compose, overrides)
+    runner = grid_runner(spec, compose, overrides)
     root = runner.root
     plan = _plan(spec, runner)
     after_sweep = isinstance(plan, SweepThenGrid)
@@ -150,34 +112,10 @@ def _compare(cfg: DictConfig, overrides: list[str],
                     "compare.train=true, or copy a grid's cells/ there)", root / "cells")
         return None
     if spec["lrs"]:  # a learning-rate sweep: its own report (validation only)
-        return _sweep(spec, dirs, cells, root, train_s)
+        return write_sweep(spec, dirs, cells, root, train_s)
     if spec["report"] == "convergence":
-        return _convergence(cfg, spec, dirs, runner, train_s)
-    reruns = runner.verify(dirs, spec["verify"], spec["train"])
-    refs = _test_references(cfg)
-    tp = _throughput(spec)
-    report = build_report(dirs, refs, spec, tp, reruns, spec["bootstrap_samples"])
-    report["grid_wall_s"] = train_s
-    out = root / time.strftime("%Y-%m-%d_%H-%M-%S")
-    out.mkdir(parents=True, exist_ok=True)
-    markdown = build_markdown(report)
-    plots = save_plots(report, out)
-    report["sections"] = {}
-    for name in spec["sections"] or []:
-        section = _section(name, overrides, compose, spec["bootstrap_samples"])
-        if section is None:
-            markdown += (f"\n## {name}\n\nNo finished cells yet "
-                         f"(`python scripts/compare.py experiment={name}`).\n")
-            continue
-        report["sections"][name] = section
-        markdown += f"\n## {name}\n\n{section['about']}\n\n{build_markdown(section)}"
-        plots += save_plots(section, out, prefix=f"{name}_")
-    _write_report(out, spec["name"], markdown, report, train_s)
-    if "wandb" in (cfg.logger or {}):
-        _wandb_summary(cfg, spec, report, markdown, plots, out)
-    if spec["gallery"]:
-        _gallery(spec["gallery"], runner, dirs, out / "gallery", spec["train"])
-    return out
+        return write_convergence(cfg, spec, dirs, runner, train_s)
+    return write_standard(cfg, spec, dirs, runner, overrides, compose, train_s)
 
 
 def _check_conditions(spec: dict) -> None:
@@ -208,109 +146,6 @@ def _check_conditions(spec: dict) -> None:
         if not {dims, base} <= known or dims == base:
             raise UserError(f"compare.same_features.{dims}={base}: both must be conditions of "
                             f"compare.dim_settings ({', '.join(sorted(known))}), and differ")
-
-
-def _write_report(out: Path, title: str, markdown: str, report: dict, train_s: float) -> None:
-    """report.md (titled) and report.json into `out`; the markdown to the terminal."""
-    (out / "report.md").write_text(f"# {title}\n\n{markdown}")
-    (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
-    print(markdown)
-    log.info("report: %s (grid %.0f s)", out / "report.md", train_s)
-
-
-def _convergence(cfg: DictConfig, spec: dict, dirs: dict[Cell, Path], runner: GridRunner,
-                 train_s: float) -> Path:
-    """experiment=convergence's report (compare/convergence.py), with its sweep's table."""
-    samples = spec["bootstrap_samples"]
-    snapshots = list(cfg.checkpoint.snapshot_epochs)
-    report = convergence_report(dirs, _test_references(cfg), {**spec, "snapshot_epochs": snapshots},
-                                samples)
-    report["throughput"] = _throughput(spec)
-    if spec.get("encoder_check"):
-        report["encoder_check"] = encoder_check(Path(spec["encoder_check"]))
-    out = runner.root / time.strftime("%Y-%m-%d_%H-%M-%S")
-    out.mkdir(parents=True, exist_ok=True)
-    save_curves(report, out)
-    sweep = ""
-    if spec["sweep"]:
-        sweep_cells = expand_grid({**spec, **spec["sweep"]})  # its lrs, dims and seeds
-        swept = runner.finished(sweep_cells)
-        lrs = [float(x) for x in spec["sweep"]["lrs"]]
-        report["sweep"] = sweep_report(swept, lrs, sweep_cells)
-        add_margins(report["sweep"], {group_of(r): r["val_best"] for r in report["rows"]})
-        # compute and provenance of the whole study: the sweep's seed-0 cells at the chosen
-        # rates are grid cells (one hash), counted once
-        report.update(tally(dirs, swept))
-        figure = save_sweep_curves(report["sweep"], out)
-        sweep = ("### Learning rates (experiment=convergence_sweep)\n\n"
-                 + sweep_markdown(report["sweep"], lrs)
-                 + f"\n{len(swept)} of {len(sweep_cells)} sweep cells finished."
-                 + (f"\n\n![validation score per epoch at each rate]({figure.name})" if figure else "")
-                 + "\n\n")
-    check = (encoder_check_markdown(report["encoder_check"], spec["encoder_check"])
-             if "encoder_check" in report else "")
-    features = f"**Features.** {' '.join(spec['features'].split())}\n\n" if spec.get("features") else ""
-    markdown = features + check + sweep + convergence_markdown(report, figure="learning_curves.png")
-    report["grid_wall_s"] = train_s
-    _write_report(out, spec["name"], markdown, report, train_s)
-    return out
-
-
-def _sweep(spec: dict, dirs: dict[Cell, Path], cells: list[Cell], root: Path, train_s: float) -> Path:
-    """The sweep's report, sweep_<timestamp>/report.{md,json} under the grid's root (cells: all
-    of the sweep's, dirs: those finished)."""
-    report = sweep_report(dirs, [float(lr) for lr in spec["lrs"]], cells)
-    report["grid_wall_s"] = train_s
-    out = root / f"sweep_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
-    out.mkdir(parents=True, exist_ok=True)
-    markdown = sweep_markdown(report, [float(lr) for lr in spec["lrs"]])
-    _write_report(out, f"{spec['name']}: learning-rate sweep", markdown, report, train_s)
-    return out
-
-
-def _gallery(want: dict, runner: GridRunner, dirs: dict[Cell, Path], out: Path,
-             train_missing: bool) -> None:
-    """compare.gallery = {decoder, dims, seed, attentions: [...]}: those finished cells side by
-    side (captioning.gallery) in <report>/gallery/. A committed cell has no checkpoint: it is
-    trained again from scratch into <root>/gallery_runs/ (its captions must come back the same:
-    the gallery counts any that do not) and the attention is read from that checkpoint."""
-    cells = [Cell(want["decoder"], want["dims"], mode, int(want["seed"])) for mode in want["attentions"]]
-    missing = [c.label for c in cells if c not in dirs]
-    if missing:
-        raise UserError(f"compare.gallery: no finished cell {', '.join(missing)}; finished: "
-                        f"{', '.join(sorted(c.label for c in dirs)[:8])} ...")
-    checkpoints = []
-    for cell in cells:
-        if any((dirs[cell] / "checkpoints").glob("*.ckpt")):
-            checkpoints.append(None)
-            continue
-        again = runner.root / "gallery_runs" / dirs[cell].name
-        if runner.rerun(cell, again, train_missing) is None:
-            raise UserError(f"compare.gallery: {dirs[cell]} has no checkpoint and compare.train=false "
-                            f"forbids training it again into {again}")
-        checkpoints.append(again / "checkpoints" / "best.ckpt")
-    summary = build_gallery([dirs[c] for c in cells], out, [c.label for c in cells],
-                            device=want["device"], checkpoints=checkpoints)
-    log.info("gallery: %s (%d images; %d captions re-decoded differently)", out / "index.html",
-             summary["images"], sum(r["redecoded_differs"] for r in summary["runs"]))
-
-
-def _section(name: str, overrides: list[str], compose: Callable[[list[str]], DictConfig],
-             samples: int) -> dict | None:
-    """Another experiment's finished cells as a further table of this report
-    (compare.sections: e.g. the comparison's trained-encoder condition): its own preset, the
-    same command-line overrides otherwise; report only, never trained from here."""
-    mine = [o for o in overrides if o.split("=", 1)[0].lstrip("+") != "experiment"]
-    cfg = compose(mine + [f"experiment={name}"])
-    spec = OmegaConf.to_container(cfg.compare, resolve=True)
-    dirs = _runner(spec, compose, mine + [f"experiment={name}"]).finished(expand_grid(spec))
-    if not dirs:
-        return None
-    section = build_report(dirs, _test_references(cfg), spec, {}, [], samples)
-    section["about"] = (f"`experiment={name}`: encoder {cfg.encoder.name}, weights "
-                        f"`{cfg.encoder.weights_path or 'random init'}`; "
-                        f"{len(set(dirs.values()))} finished runs.")
-    return section
 
 
 def _sweep_unfinished(name: str, plan: SweepThenGrid) -> str:
@@ -355,20 +190,6 @@ def _plan(spec: dict, runner: GridRunner) -> SweepPlan | None:
                          lambda rates: expand_grid({**spec, "rates": rates}), dict(spec["rates"]))
 
 
-def _runner(spec: dict, compose: Callable[[list[str]], DictConfig], overrides: list[str]) -> GridRunner:
-    """The grid of one experiment: its cells under <compare.root>/<name>/cells; every other
-    experiment under the same root shares its finished cells (same hash = same run)."""
-    root = Path(spec["root"]) / spec["name"]
-    shared = sorted(p for p in root.parent.glob("*") if (p / "cells").is_dir() and p != root)
-    return GridRunner(compose, overrides, root, spec["dim_settings"], spec["decoder_settings"], shared)
-
-
-def _test_references(cfg: DictConfig) -> dict:
-    """{image_id: [reference token lists]} of the test split: what the report scores against."""
-    records, _, _ = load_dataset_records(OmegaConf.to_container(cfg.data, resolve=True))
-    return {r.image_id: r.captions for r in records if r.split == "test"}
-
-
 def _grid_board(cfg: DictConfig, spec: dict, cells: list[Cell]) -> GridBoard | None:
     """With logger=wandb, the grid's own run (its cells' table, updated as they start and end)."""
     if "wandb" not in (cfg.logger or {}):
@@ -383,26 +204,3 @@ def _grid_board(cfg: DictConfig, spec: dict, cells: list[Cell]) -> GridBoard | N
     return None if logger is None else GridBoard(logger, cells)
 
 
-def _wandb_summary(cfg, spec, report, markdown, plots, out: Path) -> None:
-    """One run of job_type 'compare' holding the table and the plots, saved beside the report."""
-    from ..lit.loggers import wandb_logger
-
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(out)  # save beside the report, not in a Hydra run dir
-    settings = OmegaConf.to_container(cfg.logger.wandb, resolve=True)
-    settings.pop("_target_", None)
-    logger = wandb_logger(**{**settings, "name": f"compare-{spec['name']}", "group": "compare",
-                             "job_type": "compare", "tags": ["compare", spec["name"]]})
-    if logger is None:
-        return
-    import wandb
-
-    run = logger.experiment
-    cols = ["decoder", "dims", "attention", "bleu4_mean", "bleu4_std", "attr_acc_mean", "counted"]
-    table = wandb.Table(columns=cols, data=[
-        [r["decoder"], r["dims"], r["attention"], r["bleu4"]["mean"], r["bleu4"]["std"],
-         r["attr_acc"]["mean"], r["counted"]] for r in report["rows"]])
-    run.log({"compare/table": table, "compare/report": wandb.Html(f"<pre>{markdown}</pre>"),
-             **{f"compare/{p.stem}": wandb.Image(str(p)) for p in plots}})
-    run.summary.update({f"diff/{d['decoder']}/{d['dims']}/abs": d["abs"]["mean"] for d in report["diffs"]})
-    run.finish()
