@@ -62,13 +62,12 @@ def write_standard(cfg: DictConfig, spec: dict, dirs: dict[Cell, Path], runner: 
                    overrides: list[str], compose: Callable[[list[str]], DictConfig], train_s: float) -> Path:
     """The standard report (compare/report.py): its reruns, throughput, plots, the sections of
     other experiments (compare.sections), the wandb run and the gallery (compare.gallery)."""
-    root = runner.root
     reruns = runner.verify(dirs, spec["verify"], spec["train"])
     refs = _test_references(cfg)
     tp = _throughput(spec)
     report = build_report(dirs, refs, spec, tp, reruns, spec["bootstrap_samples"])
     report["grid_wall_s"] = train_s
-    out = root / time.strftime("%Y-%m-%d_%H-%M-%S")
+    out = runner.root / time.strftime("%Y-%m-%d_%H-%M-%S")
     out.mkdir(parents=True, exist_ok=True)
     markdown = build_markdown(report)
     plots = save_plots(report, out)
