@@ -145,7 +145,7 @@ def test_pretrained_weights_are_checked_against_torchvision_hashes(tmp_path, mon
 
 
 def test_learning_rate_scaling_with_the_process_count():
-    from captioning.lit.module import lr_scale
+    from captioning.lit.optimizers import lr_scale
 
     assert lr_scale("none", 4) == 1.0 and lr_scale("sqrt", 4) == 2.0 and lr_scale("linear", 4) == 4.0
     assert lr_scale("sqrt", 1) == 1.0  # one process: the configured rate, whatever the rule

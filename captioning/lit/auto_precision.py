@@ -26,10 +26,10 @@ import pytorch_lightning as pl
 import torch
 from lightning_fabric.connector import _PRECISION_INPUT_INT, _PRECISION_INPUT_STR, _PRECISION_INPUT_STR_ALIAS
 
+from ..models.losses import teacher_forced_loss
 from ..models.precision_choice import training_choice
 from ..provenance import fingerprint
 from .bf16_plugin import BF16Mixed
-from .module import teacher_forced_loss
 
 log = logging.getLogger(__name__)
 

@@ -3,15 +3,10 @@ sampling, the doubly stochastic penalty) or a self-critical step (lit/scst.py), 
 that stops or skips on a non-finite loss. Validation and test: decode (greedy for validation,
 the run's `decode` settings for test) and score (BLEU, CIDEr-D, attribute accuracy, grounding,
 attention statistics), gathered over processes so any number of them gives the same numbers.
-The optimiser and its schedules (with the learning-rate rule for several processes)."""
+The optimiser and its schedules are built in lit/optimizers.py."""
 
 from __future__ import annotations
 
-import inspect
-import math
-import warnings
-
-import hydra
 import pytorch_lightning as pl
 import torch
 
@@ -27,13 +22,11 @@ from ..models.attention import (
 )
 from ..models.attention.position import grid_side
 from ..models.captioner import build_captioner
-from ..models.losses import cross_entropy
+from ..models.losses import teacher_forced_loss
 from ..predict import caption_features, decode_generator, greedy
+from .nonfinite import NonFiniteLossError, nonfinite_message
+from .optimizers import build_optimizers, param_groups, replan_one_cycle
 from .scst import SelfCritical, training_references
-
-
-class NonFiniteLossError(RuntimeError):
-    """Training met a NaN/Inf loss or gradient; the message names the step, images and causes."""
 
 
 class CaptioningModule(pl.LightningModule):
@@ -142,16 +135,8 @@ class CaptioningModule(pl.LightningModule):
         dm = getattr(self.trainer, "datamodule", None)
         if dm is not None and getattr(dm, "data", None) is not None:
             ids = [dm.data.records[i].image_id for i in ids]
-        what = (f"{self.nan_max_in_row + 1} batches in a row (trainer.nan_max_in_row)"
-                if self.nan_policy == "skip" else "this batch")
-        return (
-            f"non-finite loss or gradient (loss {float(self._loss):g}) at step "
-            f"{self.trainer.global_step}, epoch {self.current_epoch}: {what}. Image ids in the "
-            f"batch: {ids}. Likely causes: a learning rate too high (optim.optimizer.lr), a "
-            "float16 overflow (use trainer.precision=bf16-mixed or 32-true), NaN/Inf in these "
-            "images' cached features (delete the feature store under data.cache_dir to "
-            "re-extract), or a corrupt image. The last good checkpoint is untouched: continue "
-            "with resume=<run dir>; trainer.nan_policy=skip skips such batches instead.")
+        return nonfinite_message(float(self._loss), self.trainer.global_step, self.current_epoch, ids,
+                                 self.nan_policy, self.nan_max_in_row)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["nonfinite_skipped"] = self.nonfinite_skipped
@@ -295,41 +280,10 @@ class CaptioningModule(pl.LightningModule):
         self._compiled = True
 
     def configure_optimizers(self):
-        optim = self.cfg["optim"]
-        scale = lr_scale(optim["lr_scaling"], self.trainer.world_size)
-        # Both configs are `_partial_: true`: instantiate gives a partial, called here.
-        optimizer = hydra.utils.instantiate(optim["optimizer"])(params=self._param_groups())
-        base = optimizer.defaults["lr"]
-        for group in optimizer.param_groups:
-            group["lr"] *= scale
-        if not optim.get("scheduler"):
-            return optimizer
-        # one-cycle: each group's peak keeps its ratio to the base rate (the tuned encoder's own)
-        extra = ({"max_lr": [optim["scheduler"]["max_lr"] * g["lr"] / base for g in optimizer.param_groups]}
-                 if "max_lr" in optim["scheduler"] else {})
-        make = hydra.utils.instantiate(optim["scheduler"])
-        if "total_steps" in inspect.signature(make.func).parameters:  # step schedules: their length
-            extra["total_steps"] = int(self.trainer.estimated_stepping_batches)
-        scheduler = make(optimizer=optimizer, **extra)
-        if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):  # schedule=plateau
-            plateau = {"scheduler": scheduler, "interval": "epoch",
-                       "monitor": self.cfg["checkpoint"]["monitor"]}
-            if getattr(scheduler, "warmup", None) is None:
-                return {"optimizer": optimizer, "lr_scheduler": plateau}
-            # schedule=warmup_plateau: its warm-up steps per batch, the plateau rule per epoch
-            return [optimizer], [{"scheduler": scheduler.warmup, "interval": "step"}, plateau]
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-    def _param_groups(self) -> list[dict]:
-        """The trainable parameters: the decoder's at the optimiser's rate, a fine-tuned
-        encoder's trained stages at encoder.finetune_lr (frozen ones are not handed over)."""
-        encoder = self.model.encoder
-        tuned = [p for p in encoder.parameters() if p.requires_grad] if encoder is not None else []
-        ids = {id(p) for p in tuned}
-        rest = [p for p in self.parameters() if p.requires_grad and id(p) not in ids]
-        if not tuned:
-            return [{"params": rest}]
-        return [{"params": rest}, {"params": tuned, "lr": self.cfg["encoder"]["finetune_lr"]}]
+        return build_optimizers(
+            self.cfg["optim"], param_groups(self.model, self.cfg["encoder"]["finetune_lr"]),
+            self.trainer.world_size, lambda: self.trainer.estimated_stepping_batches,
+            self.cfg["checkpoint"]["monitor"])
 
     def on_train_start(self) -> None:
         """A resume from an epoch end: the plateau step that was due (_catch_up_plateau). A
@@ -341,44 +295,6 @@ class CaptioningModule(pl.LightningModule):
             scheduler = config.scheduler
             if isinstance(scheduler, torch.optim.lr_scheduler.OneCycleLR) and scheduler.total_steps != total:
                 replan_one_cycle(scheduler, total)
-
-
-def teacher_forced_loss(model: torch.nn.Module, features: torch.Tensor, tokens: torch.Tensor,
-                        image_index: torch.Tensor, pad: int, label_smoothing: float = 0.0,
-                        sample_prob: float = 0.0, **regions) -> tuple[torch.Tensor, torch.Tensor]:
-    """The cross-entropy step's loss: raw features (I, N, C), tokens (B, T) with <bos> first,
-    image_index (B,) -> (mean token loss over non-padding targets, attention weights (B, T-1, N)).
-    `regions`: mask (I, N) and boxes (I, N, 4) of region features."""
-    targets = tokens[:, 1:]  # (B, T-1)
-    lengths = (targets != pad).sum(1)  # padding is never computed
-    logits, weights = model(features, tokens[:, :-1], lengths, image_index,
-                            sample_prob=sample_prob, **regions)  # (B, T-1, V), (B, T-1, N)
-    # F.cross_entropy's numbers in fewer passes over the logits (models/losses.py)
-    loss = cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=pad,
-                         label_smoothing=label_smoothing)
-    return loss, weights
-
-
-def lr_scale(rule: str, world_size: int) -> float:
-    """The learning-rate factor for `world_size` processes, each with data.batch_size images
-    (global batch x world_size): none 1, sqrt sqrt(W), linear W."""
-    return {"none": 1.0, "sqrt": math.sqrt(world_size), "linear": float(world_size)}[rule]
-
-
-def replan_one_cycle(scheduler: torch.optim.lr_scheduler.OneCycleLR, total: int) -> None:
-    """Stretch a one-cycle schedule (already `last_epoch` steps in) to `total` steps: the phase
-    boundaries move with the same proportions, so the learning rate at the current step becomes
-    the longer schedule's (after warm-up: higher than where the short one was)."""
-    old = scheduler.total_steps
-    for phase in scheduler._schedule_phases:
-        phase["end_step"] = (phase["end_step"] + 1) * total / old - 1
-    scheduler.total_steps = total
-    with warnings.catch_warnings():  # get_lr() outside step() warns; here it is the point
-        warnings.simplefilter("ignore", UserWarning)
-        lrs = scheduler.get_lr()
-    for group, lr in zip(scheduler.optimizer.param_groups, lrs):
-        group["lr"] = lr
-    scheduler._last_lr = list(lrs)
 
 
 def sample_prob(schedule: dict, epoch: int) -> float:

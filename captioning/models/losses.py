@@ -90,3 +90,19 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
         raise ValueError(f"logits must be (R, V) and target (R,); got {tuple(logits.shape)} and "
                          f"{tuple(target.shape)}")
     return _TokenCrossEntropy.apply(logits, target, ignore_index, float(label_smoothing))
+
+
+def teacher_forced_loss(model: torch.nn.Module, features: torch.Tensor, tokens: torch.Tensor,
+                        image_index: torch.Tensor, pad: int, label_smoothing: float = 0.0,
+                        sample_prob: float = 0.0, **regions) -> tuple[torch.Tensor, torch.Tensor]:
+    """The cross-entropy step's loss: raw features (I, N, C), tokens (B, T) with <bos> first,
+    image_index (B,) -> (mean token loss over non-padding targets, attention weights (B, T-1, N)).
+    `regions`: mask (I, N) and boxes (I, N, 4) of region features."""
+    targets = tokens[:, 1:]  # (B, T-1)
+    lengths = (targets != pad).sum(1)  # padding is never computed
+    logits, weights = model(features, tokens[:, :-1], lengths, image_index,
+                            sample_prob=sample_prob, **regions)  # (B, T-1, V), (B, T-1, N)
+    # F.cross_entropy's numbers in fewer passes over the logits (models/losses.py)
+    loss = cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=pad,
+                         label_smoothing=label_smoothing)
+    return loss, weights
