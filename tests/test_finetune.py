@@ -323,7 +323,7 @@ def test_a_learned_encoders_file_is_named_by_its_sha256_in_records_and_reports(t
     of older cells rebuild unchanged)."""
     import hashlib
 
-    from captioning.compare.report import cell_provenance, provenance_markdown
+    from captioning.compare.provenance_table import cell_provenance, provenance_markdown
     from captioning.lit.results import _weights_sha256
 
     weights = tmp_path / "enc.pth"

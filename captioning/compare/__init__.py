@@ -3,7 +3,8 @@ report with uncertainty."""
 
 from .cells import Cell, expand_grid
 from .grid import GridRunner
-from .report import build_markdown, build_report, save_plots
+from .report import build_markdown, build_report
+from .report_figures import save_plots
 
 __all__ = [
     "Cell", "GridRunner", "build_markdown", "build_report", "expand_grid", "save_plots",

@@ -17,7 +17,8 @@ import numpy as np
 
 from ..metrics.stats import bootstrap_bleu, count_references, percentile_interval, t_interval
 from .cells import Cell
-from .report import cell_provenance, image_stats, predicted
+from .provenance_table import cell_provenance
+from .report import image_stats, predicted
 
 BEST = "best"  # the stage of best.ckpt; the others are snapshot epochs ("2", "5")
 CONTRASTS = (("additive", "dot"), ("additive", "scaled_dot"))

@@ -9,7 +9,8 @@ import math
 from collections.abc import Callable
 
 from .convergence import BEST
-from .report import provenance_markdown, throughput_markdown
+from .provenance_table import provenance_markdown
+from .report import throughput_markdown
 
 
 def _ci(ci: dict, digits: int = 3) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import textwrap
 from collections import defaultdict
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import numpy as np
 from ..data.vocab import tokenize
 from ..metrics.stats import bleu_stats, bootstrap_bleu, count_references, percentile_interval, t_interval
 from .cells import BLIND, Cell
+from .provenance_table import cell_provenance, provenance_markdown, threads_text
 
 
 def predicted(path: Path) -> dict:
@@ -44,46 +44,6 @@ def _fmt(ci: dict, digits: int = 3) -> str:
 
 def _interval(lo: float, hi: float, digits: int = 3) -> str:
     return "" if math.isnan(lo) else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
-
-
-def _threads(n: int | None) -> str | None:
-    return None if not n else f"{n} thread{'s' if n != 1 else ''}"
-
-
-def _threads_of(r: dict) -> str:
-    """A cell's torch threads as its record gives them; cells from before the field was recorded:
-    CPU time over wall time, how many threads were busy on average (2 cores: ~1 or ~2)."""
-    if r.get("threads"):
-        return str(r["threads"])
-    if r.get("cpu_s") and r.get("wall_time_s"):
-        return f"not recorded (CPU/wall {r['cpu_s'] / r['wall_time_s']:.1f})"
-    return "not recorded"
-
-
-def cell_provenance(results: dict[Path, dict]) -> list[dict]:
-    """{cell dir: results.json} -> one row per (commit, threads, machine(s), precision, the grid
-    whose root holds the cell, and the encoder file's sha256 where cells record one) with its
-    cell count: every fact from the cells' own records."""
-    counts: dict[tuple, int] = defaultdict(int)
-    for out, r in results.items():
-        machines = " + ".join(dict.fromkeys(r.get("machines") or [r.get("machine") or "not recorded"]))
-        counts[(r.get("git_commit") or "not recorded", _threads_of(r), machines,
-                r.get("train_precision") or "not recorded", Path(out).parent.parent.name,
-                r.get("encoder_sha256"))] += 1
-    return [{"commit": k[0], "threads": k[1], "machine": k[2], "precision": k[3], "grid": k[4],
-             **({"encoder_sha256": k[5]} if any(key[5] for key in counts) else {}), "cells": n}
-            for k, n in sorted(counts.items(), key=lambda kv: (*kv[0][:5], kv[0][5] or ""))]
-
-
-def provenance_markdown(rows: list[dict]) -> list[str]:
-    """The provenance table; an encoder column where the cells record their encoder file."""
-    enc = any("encoder_sha256" in p for p in rows)
-    head = "| commit | threads | machine | training precision | grid (results root) |"
-    return [head + (" encoder file (sha256) |" if enc else "") + " cells |",
-            "|---|---|---|---|---|" + ("---|" if enc else "") + "---:|"] + [
-        f"| {p['commit']} | {p['threads']} | {p['machine']} | {p['precision']} | {p['grid']} |"
-        + (f" {p.get('encoder_sha256') or 'random init'} |" if enc else "") + f" {p['cells']} |"
-        for p in rows]
 
 
 def build_report(
@@ -178,7 +138,7 @@ def build_report(
     # Where the cells ran: results reproduce per CPU kind and extraction precision, not across.
     machines = sorted({" / ".join(x for x in (r[0].get("machine") or "unknown (not recorded)",
                                                r[0].get("accelerator") or r[0].get("gpu"),
-                                               _threads(r[0].get("threads"))) if x)
+                                               threads_text(r[0].get("threads"))) if x)
                        for r in runs.values()})
     precisions = sorted({r[0].get("feature_precision") or "unknown (not recorded)" for r in runs.values()})
     # What the grid cost: CPU seconds where recorded (cpu_s, not inflated by pauses or other
@@ -307,70 +267,3 @@ def build_markdown(report: dict) -> str:
             lines.append(f"| {r['cell']} | {r['first']:.4f} | {r['again']:.4f} | "
                          f"{r['again'] - r['first']:+.4f} |")
     return "\n".join(lines) + "\n"
-
-
-def save_plots(report: dict, out: Path, prefix: str = "") -> list[Path]:
-    """bleu4.png, attr_acc.png, grounding.png: bars per attention x dims, one panel per
-    decoder; error bars = 95% CI over the counted seeds (t), cut at the metric's bounds (said on
-    the figure); a group with undertrained seeds is hatched and labelled with its count, one with
-    none counted is drawn as an empty hatched bar."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = report["rows"]
-    decoders = sorted({r["decoder"] for r in rows})
-    dims = list(dict.fromkeys(r["dims"] for r in rows))
-    modes = list(dict.fromkeys(r["attention"] for r in rows))
-    bounds = {"bleu4": (0.0, 1.0), "attr_acc": (0.0, 1.0), "grounding_ratio": (0.0, None)}
-    paths = []
-    for key, title, unit in (("bleu4", "test BLEU-4", "BLEU-4 (0-1)"),
-                             ("attr_acc", "attribute accuracy", "share of images (0-1)"),
-                             ("grounding_ratio", "attention in box / uniform", "x uniform")):
-        panel_w = max(6.0, 0.45 * len(modes) + 2.0)  # many modes need room for their names
-        fig, axes = plt.subplots(1, len(decoders), figsize=(panel_w * len(decoders), 4.4), squeeze=False)
-        lo_bound, hi_bound = bounds[key]
-        clipped = False
-        for ax, dec in zip(axes[0], decoders):
-            width = 0.8 / max(1, len(dims))
-            for j, dim in enumerate(dims):
-                x = np.arange(len(modes)) + j * width
-                for k, m in enumerate(modes):
-                    r = next((r for r in rows
-                              if (r["decoder"], r["dims"], r["attention"]) == (dec, dim, m)), None)
-                    if r is None:
-                        continue
-                    ci = r[key] if r["counted"] else {"mean": math.nan, "lo": math.nan, "hi": math.nan}
-                    under = len(r["undertrained"])
-                    mean = 0.0 if math.isnan(ci["mean"]) else ci["mean"]
-                    err = None
-                    if not math.isnan(ci["lo"]):
-                        lo = ci["lo"] if lo_bound is None else max(ci["lo"], lo_bound)
-                        hi = ci["hi"] if hi_bound is None else min(ci["hi"], hi_bound)
-                        clipped |= (lo, hi) != (ci["lo"], ci["hi"])
-                        err = [[mean - lo], [hi - mean]]
-                    ax.bar(x[k], mean, width, yerr=err, capsize=3, color=f"C{j}",
-                           hatch="//" if under else None, edgecolor="black" if under else None,
-                           label=dim if k == 0 else None)
-                    if under:
-                        ax.annotate(f"{under} under-\ntrained", (x[k], mean), ha="center",
-                                    va="bottom", fontsize=6)
-            ax.set_xticks(np.arange(len(modes)) + width * (len(dims) - 1) / 2, modes, rotation=35,
-                          ha="right", rotation_mode="anchor")
-            ax.set_ylabel(unit)
-            ax.set_xlabel("attention mode")
-            ax.set_title(f"{dec}: {title}")
-            ax.legend(fontsize=8, title="features", title_fontsize=8, loc="upper left",
-                      bbox_to_anchor=(1.0, 1.0))
-        note = ("bars: mean over counted seeds; error bars: 95% CI over seeds (t); hatched: some "
-                f"seeds undertrained (< blind + {report['undertrained_margin']:.2f} BLEU-4), not counted")
-        if clipped:
-            note += "; intervals cut at the metric's bounds"
-        fig.text(0.01, 0.01, "\n".join(textwrap.wrap(note, 60 + 70 * (len(decoders) - 1))), fontsize=7)
-        fig.tight_layout(rect=(0, 0.09, 1, 1))
-        path = out / f"{prefix}{key.split('_')[0] if key != 'attr_acc' else key}.png"
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
-        paths.append(path)
-    return paths

@@ -1,10 +1,12 @@
-"""The convergence report's figures, validation score per epoch: learning_curves.png (the grid,
+"""The reports' figures: bars of the cells' scores per mode and width (bleu4.png, attr_acc.png,
+grounding.png), and the convergence report's validation score per epoch: learning_curves.png (the grid,
 a line per mode, mean over seeds) and sweep_curves.png (the learning-rate sweep, a line per rate:
 was the chosen rate ahead for many epochs, or at one lucky validation?)."""
 
 from __future__ import annotations
 
 import math
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 
@@ -102,3 +104,69 @@ def save_sweep_curves(sweep: dict, out: Path) -> Path | None:
     return _save(plt, fig, out, "sweep_curves.png", "a line per rate and seed (thick: the rate "
                  "chosen); dots: each run's best epoch; test never read")
 
+
+def save_plots(report: dict, out: Path, prefix: str = "") -> list[Path]:
+    """bleu4.png, attr_acc.png, grounding.png: bars per attention x dims, one panel per
+    decoder; error bars = 95% CI over the counted seeds (t), cut at the metric's bounds (said on
+    the figure); a group with undertrained seeds is hatched and labelled with its count, one with
+    none counted is drawn as an empty hatched bar."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["rows"]
+    decoders = sorted({r["decoder"] for r in rows})
+    dims = list(dict.fromkeys(r["dims"] for r in rows))
+    modes = list(dict.fromkeys(r["attention"] for r in rows))
+    bounds = {"bleu4": (0.0, 1.0), "attr_acc": (0.0, 1.0), "grounding_ratio": (0.0, None)}
+    paths = []
+    for key, title, unit in (("bleu4", "test BLEU-4", "BLEU-4 (0-1)"),
+                             ("attr_acc", "attribute accuracy", "share of images (0-1)"),
+                             ("grounding_ratio", "attention in box / uniform", "x uniform")):
+        panel_w = max(6.0, 0.45 * len(modes) + 2.0)  # many modes need room for their names
+        fig, axes = plt.subplots(1, len(decoders), figsize=(panel_w * len(decoders), 4.4), squeeze=False)
+        lo_bound, hi_bound = bounds[key]
+        clipped = False
+        for ax, dec in zip(axes[0], decoders):
+            width = 0.8 / max(1, len(dims))
+            for j, dim in enumerate(dims):
+                x = np.arange(len(modes)) + j * width
+                for k, m in enumerate(modes):
+                    r = next((r for r in rows
+                              if (r["decoder"], r["dims"], r["attention"]) == (dec, dim, m)), None)
+                    if r is None:
+                        continue
+                    ci = r[key] if r["counted"] else {"mean": math.nan, "lo": math.nan, "hi": math.nan}
+                    under = len(r["undertrained"])
+                    mean = 0.0 if math.isnan(ci["mean"]) else ci["mean"]
+                    err = None
+                    if not math.isnan(ci["lo"]):
+                        lo = ci["lo"] if lo_bound is None else max(ci["lo"], lo_bound)
+                        hi = ci["hi"] if hi_bound is None else min(ci["hi"], hi_bound)
+                        clipped |= (lo, hi) != (ci["lo"], ci["hi"])
+                        err = [[mean - lo], [hi - mean]]
+                    ax.bar(x[k], mean, width, yerr=err, capsize=3, color=f"C{j}",
+                           hatch="//" if under else None, edgecolor="black" if under else None,
+                           label=dim if k == 0 else None)
+                    if under:
+                        ax.annotate(f"{under} under-\ntrained", (x[k], mean), ha="center",
+                                    va="bottom", fontsize=6)
+            ax.set_xticks(np.arange(len(modes)) + width * (len(dims) - 1) / 2, modes, rotation=35,
+                          ha="right", rotation_mode="anchor")
+            ax.set_ylabel(unit)
+            ax.set_xlabel("attention mode")
+            ax.set_title(f"{dec}: {title}")
+            ax.legend(fontsize=8, title="features", title_fontsize=8, loc="upper left",
+                      bbox_to_anchor=(1.0, 1.0))
+        note = ("bars: mean over counted seeds; error bars: 95% CI over seeds (t); hatched: some "
+                f"seeds undertrained (< blind + {report['undertrained_margin']:.2f} BLEU-4), not counted")
+        if clipped:
+            note += "; intervals cut at the metric's bounds"
+        fig.text(0.01, 0.01, "\n".join(textwrap.wrap(note, 60 + 70 * (len(decoders) - 1))), fontsize=7)
+        fig.tight_layout(rect=(0, 0.09, 1, 1))
+        path = out / f"{prefix}{key.split('_')[0] if key != 'attr_acc' else key}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        paths.append(path)
+    return paths

@@ -21,8 +21,8 @@ from .convergence import convergence_report, tally
 from .convergence_tables import convergence_markdown
 from .encoder_check import encoder_check, encoder_check_markdown
 from .grid import GridRunner, grid_runner
-from .report import build_markdown, build_report, save_plots
-from .report_figures import save_curves, save_sweep_curves
+from .report import build_markdown, build_report
+from .report_figures import save_curves, save_plots, save_sweep_curves
 from .sweep import add_margins, sweep_markdown, sweep_report
 
 log = logging.getLogger(__name__)
