@@ -76,8 +76,8 @@ def test_its_own_preset_finds_a_committed_cell_and_a_newer_rule_does_not(committ
         assert _runner(committed_root, [rule]).finished([CELL]) == {}, rule
     # the control: without the rules table the old cell is taken for the new rule's run
     monkeypatch.setattr(provenance, "RULES", {})
-    import captioning.compare.grid as grid_mod
-    monkeypatch.setattr(grid_mod, "with_rules", lambda flat: flat)
+    import captioning.compare.adoption as adoption
+    monkeypatch.setattr(adoption, "with_rules", lambda flat: flat)
     assert list(_runner(committed_root, ["decoder.paired_init=true"]).finished([CELL])) == [CELL]
 
 
