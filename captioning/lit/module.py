@@ -281,7 +281,7 @@ class CaptioningModule(pl.LightningModule):
 
     def configure_optimizers(self):
         return build_optimizers(
-            self.cfg["optim"], param_groups(self.model, self.cfg["encoder"]["finetune_lr"]),
+            self.cfg["optim"], param_groups(self.model, self.cfg["encoder"]),
             self.trainer.world_size, lambda: self.trainer.estimated_stepping_batches,
             self.cfg["checkpoint"]["monitor"])
 

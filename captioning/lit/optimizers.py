@@ -13,16 +13,17 @@ import hydra
 import torch
 
 
-def param_groups(model: torch.nn.Module, finetune_lr: float) -> list[dict]:
+def param_groups(model: torch.nn.Module, encoder_cfg: dict) -> list[dict]:
     """The trainable parameters: the decoder's at the optimiser's rate, a fine-tuned encoder's
-    trained stages at `finetune_lr` (frozen ones are not handed over)."""
+    trained stages at encoder.finetune_lr (frozen ones are not handed over; an encoder config
+    without the key, precomputed features', has none)."""
     encoder = model.encoder
     tuned = [p for p in encoder.parameters() if p.requires_grad] if encoder is not None else []
     ids = {id(p) for p in tuned}
     rest = [p for p in model.parameters() if p.requires_grad and id(p) not in ids]
     if not tuned:
         return [{"params": rest}]
-    return [{"params": rest}, {"params": tuned, "lr": finetune_lr}]
+    return [{"params": rest}, {"params": tuned, "lr": encoder_cfg["finetune_lr"]}]
 
 
 def build_optimizers(optim: dict, groups: list[dict], world_size: int, total_steps: Callable[[], int],
