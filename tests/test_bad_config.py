@@ -139,10 +139,10 @@ def test_output_dir_not_writable(tiny_cfg, no_data_work, tmp_path):
 def test_disk_too_small_shows_the_estimate(tiny_cfg, no_data_work, monkeypatch):
     from collections import namedtuple
 
-    from captioning.lit import config_check
+    from captioning.lit import file_checks
 
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(config_check.shutil, "disk_usage", lambda p: usage(10**9, 10**9, 2**20))
+    monkeypatch.setattr(file_checks.shutil, "disk_usage", lambda p: usage(10**9, 10**9, 2**20))
     with pytest.raises(ConfigError, match=r"1 MiB free, the run needs about \d+ MiB \(3 checkpoints"):
         train(tiny_cfg())
 
@@ -151,17 +151,17 @@ def test_a_resume_counts_the_room_of_the_checkpoints_it_replaces(tmp_path):
     """resume=<run> writes into that run: its last.ckpt and best.ckpt are replaced in place, so
     their room is the run's already (a run stopped by a full disk resumes once one checkpoint's
     room is free)."""
-    from captioning.lit import config_check
+    from captioning.lit import file_checks
 
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     for name in ("last.ckpt", "best.ckpt"):
         (run / "checkpoints" / name).write_bytes(b"x" * 1000)
-    assert config_check._resumed_run({"resume": str(run)}, tmp_path / "new") == (run, 2000)
+    assert file_checks._resumed_run({"resume": str(run)}, tmp_path / "new") == (run, 2000)
     ckpt = str(run / "checkpoints" / "last.ckpt")
-    assert config_check._resumed_run({"resume": ckpt}, tmp_path / "new") == (run, 2000)
-    assert config_check._resumed_run({"resume": "auto"}, tmp_path / "new") == (tmp_path / "new", 0)
-    assert config_check._resumed_run({}, tmp_path / "new") == (tmp_path / "new", 0)
+    assert file_checks._resumed_run({"resume": ckpt}, tmp_path / "new") == (run, 2000)
+    assert file_checks._resumed_run({"resume": "auto"}, tmp_path / "new") == (tmp_path / "new", 0)
+    assert file_checks._resumed_run({}, tmp_path / "new") == (tmp_path / "new", 0)
 
 
 def test_resume_auto_without_an_earlier_run(tiny_cfg, no_data_work):
