@@ -104,7 +104,7 @@ def test_the_learned_feature_preset_finds_each_of_its_committed_cells(monkeypatc
                         if str(path).endswith("resnet50_builtin_cells.pth") else real(path))
     from captioning.compare.cells import expand_grid
     from captioning.schema import completed
-    from captioning.schema.run import Compare
+    from captioning.schema.compare import Compare
 
     make = _compose("convergence_learned")
     spec = completed(OmegaConf.to_container(make([]).compare, resolve=True), Compare, "compare.")

@@ -23,7 +23,7 @@ from captioning.compare.cells import rate_for
 from captioning.lit import train
 from captioning.models import resolved_attention
 from captioning.schema import completed
-from captioning.schema.run import Compare
+from captioning.schema.compare import Compare
 
 SPEC = completed({"attentions": ["additive", "dot", "mixed"], "decoders": ["lstm"], "seeds": [0, 1],
                   "dims": ["mismatched", "matched"], "blind": True}, Compare)

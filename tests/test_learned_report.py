@@ -24,7 +24,7 @@ from captioning.compare import verdict
 from captioning.compare.grid import grid_runner
 from captioning.compare.run import _plan
 from captioning.schema import completed, register
-from captioning.schema.run import Compare
+from captioning.schema.compare import Compare
 
 ROOT = Path(__file__).resolve().parents[1]
 # each mode's validation peak (log10 of the rate): inside the swept range, not all at one rate

@@ -18,7 +18,7 @@ from captioning.compare.cells import expand_grid
 from captioning.compare.grid import GridRunner
 from captioning.compare.plan import SweepThenGrid
 from captioning.schema import completed
-from captioning.schema.run import Compare
+from captioning.schema.compare import Compare
 
 TESTS = str(Path(__file__).resolve().parent)
 PEAKS = {"additive": 3e-3, "dot": 3e-4}  # validation peaks inside the range and at its low edge

@@ -193,7 +193,7 @@ def test_allowed_values_come_from_the_code_that_reads_them(override):
     from captioning.data.feature_source import FORMATS as FEATURE_FORMATS
     from captioning.data.formats import FORMATS
 
-    assert EXECUTORS is schema.run.EXECUTORS and FORMATS is schema.data.DATA_FORMATS
+    assert EXECUTORS is schema.compare.EXECUTORS and FORMATS is schema.data.DATA_FORMATS
     assert FEATURE_FORMATS is schema.model.FEATURE_FORMATS
     data = ["data=karpathy", "data.json_path=/x.json", "data.image_root=/x"] if "data." in override else []
     cfg = _compose("train", ["experiment=cross_modal", *data, *override.split(), "paths.output_dir=x"])

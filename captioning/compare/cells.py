@@ -71,7 +71,7 @@ def _within_limits(spec: dict, decoder: str, dims: str, mode: str, seed: int) ->
     only these) both allow the cell."""
     limits = [spec["dim_limits"][dims]] if dims in spec["dim_limits"] else []
     limits += [spec["decoder_limits"][decoder]] if decoder in spec["decoder_limits"] else []
-    for limit in limits:  # schema.run.Limit: a null list allows every value
+    for limit in limits:  # schema.compare.Limit: a null list allows every value
         for key, value in (("attentions", mode), ("seeds", seed), ("dims", dims)):
             if limit[key] is not None and value not in limit[key]:
                 return False

@@ -10,7 +10,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from ..paths import conf_dir
-from ..schema.run import EXECUTORS
+from ..schema.compare import EXECUTORS
 
 LAUNCHER_CONF = conf_dir() / "hydra" / "launcher" / "slurm.yaml"
 # The launcher's key -> submitit's AutoExecutor parameter (the rest keep their names).

@@ -16,8 +16,8 @@ from ..models.attention import ATTENTIONS
 from ..models.cpu_speed import configure_cpu
 from ..models.encoder_weights import weights_problem
 from ..schema import completed
+from ..schema.compare import Compare
 from ..schema.fields import REQUIRED
-from ..schema.run import Compare
 from .cells import Cell, expand_grid
 from .executor import make_executor
 from .grid import GridRunner, grid_runner
@@ -53,7 +53,7 @@ def _compare(cfg: DictConfig, overrides: list[str],
     if source and not Path(source).is_file():  # before any cell trains
         raise UserError(f"compare.throughput_from={source}: no such file; give a report.json "
                         "written by scripts/compare.py, or drop the key to measure")
-    # compare.gallery's keys are its schema's (schema.run.GalleryCells); each must be given,
+    # compare.gallery's keys are its schema's (schema.compare.GalleryCells); each must be given,
     # before any cell trains
     if spec["gallery"] and (missing := [k for k, v in spec["gallery"].items() if v == REQUIRED]):
         raise UserError(f"compare.gallery: {', '.join(missing)} not given: give {{decoder, dims, seed, "

@@ -12,6 +12,7 @@ config saved by an older version lacks. Entry points call `register()` before Hy
     schema/model.py      decoders, encoders, the model: section
     schema/data.py       the built-in dataset, Karpathy-format datasets
     schema/run.py        trainer, objective, schedules, checkpoints, decoding, optimiser, root
+    schema/compare.py    scripts/compare.py's grid, sweep, report and executor
     schema/scripts.py    evaluate.py, caption.py, gallery.py
 """
 
@@ -20,13 +21,13 @@ from __future__ import annotations
 import warnings
 
 from .attention import ATTENTION
+from .compare import GalleryCells
 from .data import Karpathy, Synthetic, data_schema
 from .fields import Problem, check, complete
 from .model import DECODER, Precomputed, ResNet, encoder_schema
 from .run import (
     SCHEDULES,
     CrossEntropy,
-    GalleryCells,
     SelfCritical,
     Train,
     Trainer,
