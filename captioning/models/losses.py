@@ -102,7 +102,7 @@ def teacher_forced_loss(model: torch.nn.Module, features: torch.Tensor, tokens: 
     lengths = (targets != pad).sum(1)  # padding is never computed
     logits, weights = model(features, tokens[:, :-1], lengths, image_index,
                             sample_prob=sample_prob, **regions)  # (B, T-1, V), (B, T-1, N)
-    # F.cross_entropy's numbers in fewer passes over the logits (models/losses.py)
+    # F.cross_entropy's numbers in fewer passes over the logits (cross_entropy above)
     loss = cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=pad,
                          label_smoothing=label_smoothing)
     return loss, weights
