@@ -13,7 +13,7 @@ import pytest
 
 from captioning.compare.cells import Cell
 from captioning.compare.lock import LOCK, CellLock
-from captioning.compare.status import GridBoard, cell_state, grid_status, status_text
+from captioning.compare.status import GridBoard, cell_state, cost_text, grid_status, status_text
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,6 +49,19 @@ def test_each_state_read_from_the_folder_alone(tmp_path):
     assert text.splitlines()[0] == (f"grid g ({tmp_path}): 5 cells, 1 finished, 1 running, "
                                     "1 interrupted, 1 failed, 1 waiting")
     assert "test BLEU-4 0.5000, 10 min, 20 CPU-min, AMD EPYC" in text and "the next run resumes it" in text
+    # the finished cells' recorded CPU time, and the rest estimated at its mean (20 CPU-min)
+    assert text.splitlines()[1] == ("  CPU time: 1 finished cell took 0.3 CPU-hours (20 CPU-min a cell); "
+                                    "the 4 not finished, at that mean: about 1.3 CPU-hours")
+
+
+def test_the_cost_line_counts_only_recorded_cpu_time(tmp_path):
+    """No line before any cell recorded CPU time; a finished grid has no estimate clause."""
+    rows = [{"state": "finished", "cpu_s": 1800.0}, {"state": "finished", "cpu_s": 5400.0}]
+    assert cost_text(rows) == "  CPU time: 2 finished cells took 2.0 CPU-hours (60 CPU-min a cell)"
+    assert cost_text([{"state": "finished", "cpu_s": None}, {"state": "waiting", "cpu_s": None}]) is None
+    rest = [{"state": "waiting", "cpu_s": None}, {"state": "running", "cpu_s": None}]
+    with_waiting = cost_text(rows + rest)
+    assert with_waiting.endswith("; the 2 not finished, at that mean: about 2.0 CPU-hours")
 
 
 def test_a_running_or_interrupted_cell_shows_its_last_epoch_line(tmp_path):

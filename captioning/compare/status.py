@@ -63,7 +63,7 @@ def status_text(name: str, root: Path, rows: list[dict]) -> str:
     head = f"grid {name} ({root}): {len(rows)} cells, " + ", ".join(
         f"{n} {s}" for s, n in counts.items() if n)
     width = max((len(r["cell"]) for r in rows), default=4)
-    lines = [head]
+    lines = [head] + ([cost] if (cost := cost_text(rows)) else [])
     for r in rows:
         if r["state"] == "finished":
             score = "-" if r["test_bleu4"] is None else f"{r['test_bleu4']:.4f}"
@@ -80,6 +80,22 @@ def status_text(name: str, root: Path, rows: list[dict]) -> str:
         lines.append(f"  {r['cell']:<{width}}  {r['state']:<11}  {what}".rstrip())
     lines.append(f"  (cells under {root / 'cells'})")
     return "\n".join(lines)
+
+
+def cost_text(rows: list[dict]) -> str | None:
+    """The CPU time the finished cells recorded, and what the cells not finished would take at
+    their mean: an estimate for planning (a running cell's part done is counted again, and a
+    sweep's later choices may add cells or leave some waiting ones untrained). None before any
+    finished cell recorded CPU time."""
+    spent = [r["cpu_s"] for r in rows if r["state"] == "finished" and r["cpu_s"]]
+    if not spent:
+        return None
+    mean = sum(spent) / len(spent)
+    left = sum(r["state"] != "finished" for r in rows)
+    cells = f"{len(spent)} finished cell" + "s" * (len(spent) != 1)
+    text = f"  CPU time: {cells} took {sum(spent) / 3600:.1f} CPU-hours ({mean / 60:.0f} CPU-min a cell)"
+    return text + (f"; the {left} not finished, at that mean: about {left * mean / 3600:.1f} CPU-hours"
+                   if left else "")
 
 
 def sweep_text(rows: list[dict], seeds: dict[str, int]) -> str:
