@@ -102,6 +102,19 @@ def test_the_progress_line_counts_and_estimates():
                                                     "ETA at most 3 min")
 
 
+def test_only_a_cell_trained_whole_here_times_the_estimate():
+    """A resumed cell's last part, or a cell another process finished, counts as done but
+    gives no cell's time: the ETA would come out short."""
+    p = Progress(total=4)
+    p.ended("trained", 600.0, resumed=True)
+    p.ended("finished by another process meanwhile", 1.0, resumed=False)
+    assert (p.done, p.times) == (2, [])
+    assert p.line(running=1, left=1, workers=1).endswith("0 failed")  # no ETA from no time
+    p.ended("trained", 3000.0, resumed=False)
+    assert (p.done, p.times) == (3, [3000.0])
+    assert p.line(running=1, left=0, workers=1).endswith("; ETA 50 min")
+
+
 def test_a_failed_cells_line_carries_the_problems_its_error_lists():
     """A config refused inside a cell lists its problems under the error's first line: the
     grid's one line per failed cell names them, not only "bad config"."""

@@ -104,10 +104,18 @@ class Progress:
     total: int
     done: int = 0
     failed: list[str] = field(default_factory=list)
-    times: list[float] = field(default_factory=list)  # finished cells' wall seconds
+    times: list[float] = field(default_factory=list)  # wall seconds of cells trained whole here
     # False under a plan (compare/plan.py): the cells left are those it may start now, of which
     # a sweep's choices may need fewer, so the count and its ETA are upper bounds
     decided: bool = True
+
+    def ended(self, state: str, seconds: float, resumed: bool) -> None:
+        """A cell's job ended well. Its time joins the estimate only where the job trained the
+        whole cell: a resumed cell's last part, or a cell another process finished, would make
+        the ETA too short."""
+        self.done += 1
+        if state == "trained" and not resumed:
+            self.times.append(seconds)
 
     def line(self, running: int, left: int, workers: int) -> str:
         eta = ""
@@ -263,10 +271,8 @@ def run_parallel(todo: list[tuple[Cell, DictConfig, Path]], workers: int, folder
         began = started.pop(cell)
         try:
             state = done.result()
-            progress.done += 1
-            if state == "trained":
-                progress.times.append(time.time() - began)
-            else:
+            progress.ended(state, time.time() - began, resumed=bool(item[1].get("resume")))
+            if state != "trained":
                 log.info("grid: %s %s", cell.label, state)
         except Exception as err:  # noqa: BLE001  (named and counted; the others go on)
             if stopping:
