@@ -84,6 +84,26 @@ def test_a_broken_or_killed_cell_is_named_and_the_others_finish(tmp_path, jobs):
     assert _read(tmp_path, 0)["threads"] == "1"  # the config's own thread count, in the job's env
 
 
+def test_a_job_continues_a_run_killed_in_its_cell_after_the_job_was_prepared(tmp_path, monkeypatch):
+    """Whether a cell resumes is decided again under its lock: a checkpoint left by another
+    process killed there after the grid prepared the job is continued, not trained over."""
+    import captioning.lit as lit
+    from captioning.compare import workers
+
+    seen = []
+    monkeypatch.setattr(workers, "_stop_as_a_run_does", lambda: None)  # not this test process's
+    monkeypatch.setattr(lit, "train", lambda cfg: seen.append(cfg.get("resume")))
+    fresh, killed = tmp_path / "fresh", tmp_path / "killed"
+    fresh.mkdir()
+    (killed / "checkpoints").mkdir(parents=True)
+    (killed / "checkpoints" / "last.ckpt").write_bytes(b"")
+    for out in (fresh, killed):
+        cfg = OmegaConf.create({"trainer": {"num_threads": 1}})
+        OmegaConf.set_struct(cfg, True)  # a composed config: new keys only through open_dict
+        assert workers.cell_job(cfg, out) == "trained"
+    assert seen == [None, str(killed)]
+
+
 def test_workers_never_run_more_threads_than_cores():
     cfgs = [OmegaConf.create({"trainer": {"num_threads": 2}})]
     assert threads_per_cell(cfgs, 2, cores=4) == 2

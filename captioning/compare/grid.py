@@ -22,6 +22,7 @@ from .adoption import LegacyCells, cell_config, write_cell_config
 from .cell_log import cell_log
 from .cells import BLIND, Cell
 from .lock import LOCK, CellLock
+from .status import has_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +227,7 @@ class GridRunner:
         own last checkpoint if it was killed mid-training."""
         view = hashed_view({**OmegaConf.to_container(cfg, resolve=True), "hydra": None})
         write_cell_config(out, view)
-        if any((out / "checkpoints").glob("*.ckpt")):  # killed mid-training: continue it
+        if has_checkpoint(out):  # killed mid-training: continue it
             with open_dict(cfg):
                 cfg.resume = str(out)
         log.info("grid: %s %s %s -> %s", step, "resuming" if cfg.get("resume") else "training", label, out)

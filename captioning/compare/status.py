@@ -24,6 +24,11 @@ def whole_wall_s(res: dict) -> float | None:
     return res.get("wall_time_s") if whole else None
 
 
+def has_checkpoint(out: Path) -> bool:
+    """A cell's folder holds a checkpoint: a run there was killed mid-training (or finished)."""
+    return any((out / "checkpoints").glob("*.ckpt"))
+
+
 def cell_state(out: Path) -> dict:
     """A cell's state from its directory alone: {state, test_bleu4, val_best, wall_s, cpu_s,
     machine, holder}; a query (it writes nothing, not even a lock file)."""
@@ -37,7 +42,7 @@ def cell_state(out: Path) -> dict:
                 "cpu_s": res.get("cpu_s"), "machine": res.get("machine")}
     if (holder := CellLock(out).holder()) is not None:
         return {**row, "state": "running", "holder": holder, "epoch": last_epoch(out)}
-    if any((out / "checkpoints").glob("*.ckpt")):
+    if has_checkpoint(out):
         return {**row, "state": "interrupted", "epoch": last_epoch(out)}
     return row
 

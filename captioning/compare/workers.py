@@ -22,12 +22,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 from ..errors import UserError
 from .cell_log import cell_log
 from .cells import Cell
 from .lock import LOCK, CellLock
+from .status import has_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,11 @@ def cell_job(cfg: DictConfig, out: Path) -> str:
     try:
         if (out / "results.json").exists():
             return "finished by another process meanwhile"
+        if not cfg.get("resume") and has_checkpoint(out):
+            # decided under the lock: a run killed in this cell after the job was prepared
+            # (another process or machine working the grid) is continued, not started over
+            with open_dict(cfg):
+                cfg.resume = str(out)
         with cell_log(out):  # the job's process logs nowhere else
             train(cfg)
         return "trained"

@@ -23,6 +23,7 @@ from .encoder_check import encoder_check, encoder_check_markdown
 from .grid import GridRunner, grid_runner
 from .report import build_markdown, build_report
 from .report_figures import save_curves, save_plots, save_sweep_curves
+from .status import has_checkpoint
 from .sweep import add_margins, sweep_markdown, sweep_report
 
 log = logging.getLogger(__name__)
@@ -160,7 +161,7 @@ def _gallery(want: dict, runner: GridRunner, dirs: dict[Cell, Path], out: Path,
                         f"{', '.join(sorted(c.label for c in dirs)[:8])} ...")
     checkpoints = []
     for cell in cells:
-        if any((dirs[cell] / "checkpoints").glob("*.ckpt")):
+        if has_checkpoint(dirs[cell]):
             checkpoints.append(None)
             continue
         again = runner.root / "gallery_runs" / dirs[cell].name
