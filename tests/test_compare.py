@@ -420,6 +420,30 @@ def test_cells_as_jobs_through_submitit(tmp_path, monkeypatch):
         make_executor("pbs", tmp_path)
 
 
+def test_a_cells_job_submitted_again_while_it_trains_is_skipped(tmp_path, monkeypatch, caplog):
+    """A cluster job takes its cell's lock as every trainer does: the grid command run again
+    while the first one's job still trains a cell (its login shell died, say) submits a job that
+    finds the cell held and leaves it; the other cells are trained."""
+    from captioning.compare.executor import make_executor
+    from captioning.compare.lock import CellLock
+
+    fake = FakeRuns()
+    monkeypatch.setattr(grid_mod, "train", fake.train)
+    runner = GridRunner(fake.compose, [], tmp_path, DIMS)
+    busy, free = Cell("lstm", "matched", "dot", 0), Cell("lstm", "matched", "additive", 0)
+    out = runner.config(busy)[1]
+    out.mkdir(parents=True)
+    first = CellLock(out)
+    assert first.try_take() is None  # the first submission's job, still training
+    try:
+        with caplog.at_level("INFO"):
+            dirs = runner.run([busy, free], make_executor("debug", tmp_path / ".submitit"))
+    finally:
+        first.release()
+    assert fake.trained == ["additive/512/0/False"] and set(dirs) == {free}
+    assert f"grid: {out} being trained by" in caplog.text
+
+
 def test_the_slurm_sweep_launcher_composes_without_a_cluster():
     """`python train.py -m hydra/launcher=slurm ...`: the job parameters Hydra's submitit
     launcher would submit (composed only; no SLURM here)."""

@@ -22,13 +22,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from ..errors import UserError
-from .cell_log import cell_log
 from .cells import Cell
-from .lock import LOCK, CellLock
-from .status import has_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -55,26 +52,12 @@ def _stop_as_a_run_does() -> None:
 
 
 def cell_job(cfg: DictConfig, out: Path) -> str:
-    """A cell in its job's process, under its lock (another process may work the same grid)."""
-    from ..lit import train
+    """A cell in a local worker's process: it stops on SIGTERM as a run does, and trains the
+    cell under its lock (grid.train_cell)."""
+    from .grid import train_cell
 
     _stop_as_a_run_does()
-    lock = CellLock(out)
-    if (holder := lock.try_take()) is not None:
-        return f"being trained by {holder} ({out / LOCK}); skipped here"
-    try:
-        if (out / "results.json").exists():
-            return "finished by another process meanwhile"
-        if not cfg.get("resume") and has_checkpoint(out):
-            # decided under the lock: a run killed in this cell after the job was prepared
-            # (another process or machine working the grid) is continued, not started over
-            with open_dict(cfg):
-                cfg.resume = str(out)
-        with cell_log(out):  # the job's process logs nowhere else
-            train(cfg)
-        return "trained"
-    finally:
-        lock.release()
+    return train_cell(cfg, out)
 
 
 def threads_per_cell(cfgs: list[DictConfig], workers: int, cores: int | None = None) -> int:
