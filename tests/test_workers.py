@@ -87,11 +87,12 @@ def test_a_broken_or_killed_cell_is_named_and_the_others_finish(tmp_path, jobs):
 def test_a_job_continues_a_run_killed_in_its_cell_after_the_job_was_prepared(tmp_path, monkeypatch):
     """Whether a cell resumes is decided again under its lock: a checkpoint left by another
     process killed there after the grid prepared the job is continued, not trained over."""
-    from captioning.compare import grid, workers
+    import captioning.lit as lit
+    from captioning.compare import workers
 
     seen = []
     monkeypatch.setattr(workers, "_stop_as_a_run_does", lambda: None)  # not this test process's
-    monkeypatch.setattr(grid, "train", lambda cfg: seen.append(cfg.get("resume")))
+    monkeypatch.setattr(lit, "train", lambda cfg: seen.append(cfg.get("resume")))
     fresh, killed = tmp_path / "fresh", tmp_path / "killed"
     fresh.mkdir()
     (killed / "checkpoints").mkdir(parents=True)

@@ -43,7 +43,7 @@ def before_training_cell(cfg, out) -> str:
     """compare.workers' own cell_job around a stand-in for what a cell does before its first
     step (composing, reading the store): it writes its pid to <out>/started, then works
     cfg.sleep seconds and finishes."""
-    import captioning.compare.grid as grid
+    import captioning.lit as lit
     from captioning.compare.workers import cell_job
 
     out = Path(out)
@@ -54,7 +54,7 @@ def before_training_cell(cfg, out) -> str:
         time.sleep(float(cfg.get("sleep", 1.5)))
         (out / "results.json").write_text(json.dumps({"pid": os.getpid()}))
 
-    grid.train = train  # cell_job trains through grid.train_cell
+    lit.train = train  # cell_job imports it from there when it runs
     return cell_job(cfg, out)
 
 
@@ -63,7 +63,7 @@ def logging_cell(cfg, out) -> str:
     console.EpochLine does, and a debug line (below the log's level)."""
     import logging
 
-    import captioning.compare.grid as grid
+    import captioning.lit as lit
     from captioning.compare.workers import cell_job
 
     out = Path(out)
@@ -75,5 +75,5 @@ def logging_cell(cfg, out) -> str:
         log.debug("a debug line")
         (out / "results.json").write_text(json.dumps({"pid": os.getpid()}))
 
-    grid.train = train
+    lit.train = train
     return cell_job(cfg, out)

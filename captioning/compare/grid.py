@@ -20,6 +20,7 @@ from ..models.captioner import resolved_attention
 from ..provenance import config_hash, cpu_kind, hashed_view
 from .adoption import LegacyCells, cell_config, write_cell_config
 from .cell_log import cell_log
+from .cell_training import train_cell
 from .cells import BLIND, Cell
 from .lock import LOCK, CellLock
 from .status import has_checkpoint
@@ -30,28 +31,6 @@ def logged_train(cfg: DictConfig) -> dict:
     """train(cfg), its log also in its cell's train.log (compare/cell_log.py)."""
     with cell_log(Path(cfg.paths.output_dir)):
         return train(cfg)
-
-
-def train_cell(cfg: DictConfig, out: Path) -> str:
-    """A cell's job in a process of its own (a local worker's, a cluster job): under the cell's
-    lock, since another process may work the same grid (a job submitted again while the first
-    still runs finds it held and is skipped; a cell finished meanwhile is not redone), and
-    resuming a run killed in the cell after the job was prepared. -> what became of the cell:
-    "trained", or why it was not."""
-    lock = CellLock(out)
-    if (holder := lock.try_take()) is not None:
-        return f"being trained by {holder} ({out / LOCK}); skipped here"
-    try:
-        if (out / "results.json").exists():
-            return "finished by another process meanwhile"
-        if not cfg.get("resume") and has_checkpoint(out):
-            with open_dict(cfg):
-                cfg.resume = str(out)
-        with cell_log(out):
-            train(cfg)
-        return "trained"
-    finally:
-        lock.release()
 
 
 class GridRunner:
@@ -190,7 +169,8 @@ class GridRunner:
                                        on_change=lambda failed: changed(dirs, failed))
         if executor is not None and configs:
             with executor.batch():  # one job array
-                jobs = [executor.submit(train_cell, cfg, Path(cfg.paths.output_dir)) for cfg in configs]
+                jobs = [executor.submit(train_cell, cfg, Path(cfg.paths.output_dir), train)
+                        for cfg in configs]
             log.info("grid: %d jobs submitted (%s ...); waiting for them", len(jobs), jobs[0].job_id)
             for cfg, job in zip(configs, jobs):
                 if (state := job.result()) != "trained":  # a failed job raises here, with its log's path

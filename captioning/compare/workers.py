@@ -25,6 +25,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from ..errors import UserError
+from .cell_training import train_cell
 from .cells import Cell
 
 log = logging.getLogger(__name__)
@@ -53,11 +54,11 @@ def _stop_as_a_run_does() -> None:
 
 def cell_job(cfg: DictConfig, out: Path) -> str:
     """A cell in a local worker's process: it stops on SIGTERM as a run does, and trains the
-    cell under its lock (grid.train_cell)."""
-    from .grid import train_cell
+    cell under its lock (compare/cell_training.py)."""
+    from ..lit import train
 
     _stop_as_a_run_does()
-    return train_cell(cfg, out)
+    return train_cell(cfg, out, train)
 
 
 def threads_per_cell(cfgs: list[DictConfig], workers: int, cores: int | None = None) -> int:
