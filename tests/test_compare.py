@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from pathlib import Path
@@ -441,7 +442,56 @@ def test_a_cells_job_submitted_again_while_it_trains_is_skipped(tmp_path, monkey
     finally:
         first.release()
     assert fake.trained == ["additive/512/0/False"] and set(dirs) == {free}
-    assert f"grid: {out} being trained by" in caplog.text
+    assert f"grid: {busy.label} is being trained by" in caplog.text
+
+
+class _RanJob:
+    """A submitit job that ran at submission: its result, or the error its process ended with."""
+
+    def __init__(self, fn, *args):
+        self.job_id, self.paths = "1", type("Paths", (), {"stderr": Path("1_0_log.err")})()
+        try:
+            self.value, self.error = fn(*args), None
+        except Exception as err:  # noqa: BLE001
+            # submitit's FailedJobError holds the job's traceback as text
+            self.value, self.error = None, RuntimeError(
+                f"Traceback (most recent call last):\n  File \"job.py\", line 1\n{type(err).__name__}: {err}")
+
+    def result(self):
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class _RunAtSubmit:
+    """An executor whose jobs run as they are submitted (submitit's own debug executor drops
+    into pdb on a failure)."""
+
+    def batch(self):
+        return contextlib.nullcontext()
+
+    def submit(self, fn, *args):
+        return _RanJob(fn, *args)
+
+
+def test_a_failed_cluster_job_is_named_and_the_other_jobs_results_are_kept(tmp_path, monkeypatch):
+    """One cell's job fails: the grid still waits for the others, keeps their results, and
+    names the failed cell with its error and its job's log (run.py then ends with one line per
+    failed cell), as compare.workers does for a local job."""
+    fake = FakeRuns()
+
+    def train(cfg):
+        if cfg.attention.name == "dot":
+            raise ValueError("attention.nonsense: a broken setting")
+        return fake.train(cfg)
+
+    monkeypatch.setattr(grid_mod, "train", train)
+    runner = GridRunner(fake.compose, [], tmp_path, DIMS)
+    cells = [Cell("lstm", "matched", "dot", 0), Cell("lstm", "matched", "additive", 0)]
+    dirs = runner.run(cells, _RunAtSubmit())
+    assert set(dirs) == {cells[1]} and fake.trained == ["additive/512/0/False"]
+    (line,) = runner.failed
+    assert line == "lstm/matched/dot/s0: ValueError: attention.nonsense: a broken setting (log: 1_0_log.err)"
 
 
 def test_the_slurm_sweep_launcher_composes_without_a_cluster():

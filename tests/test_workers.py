@@ -127,7 +127,7 @@ def test_only_a_cell_trained_whole_here_times_the_estimate():
     gives no cell's time: the ETA would come out short."""
     p = Progress(total=4)
     p.ended("trained", 600.0, resumed=True)
-    p.ended("finished by another process meanwhile", 1.0, resumed=False)
+    p.ended("was finished by another process meanwhile", 1.0, resumed=False)
     assert (p.done, p.times) == (2, [])
     assert p.line(running=1, left=1, workers=1).endswith("0 failed")  # no ETA from no time
     p.ended("trained", 3000.0, resumed=False)
@@ -138,14 +138,14 @@ def test_only_a_cell_trained_whole_here_times_the_estimate():
 def test_a_failed_cells_line_carries_the_problems_its_error_lists():
     """A config refused inside a cell lists its problems under the error's first line: the
     grid's one line per failed cell names them, not only "bad config"."""
-    from captioning.compare.workers import _what_failed
+    from captioning.compare.executor import what_failed
 
     err = RuntimeError("Traceback (most recent call last):\n  File \"x.py\", line 1\n"
                        "captioning.lit.config_check.ConfigError: bad config (nothing was started):\n"
                        "  - optim.optimizer.lr=-1.0: must be > 0\n")
-    assert _what_failed(err) == ("captioning.lit.config_check.ConfigError: bad config (nothing was "
+    assert what_failed(err) == ("captioning.lit.config_check.ConfigError: bad config (nothing was "
                                  "started): - optim.optimizer.lr=-1.0: must be > 0")
-    assert _what_failed(RuntimeError("Traceback\nValueError: boom\n")) == "ValueError: boom"
+    assert what_failed(RuntimeError("Traceback\nValueError: boom\n")) == "ValueError: boom"
 
 
 def _started(cell: Path) -> int:

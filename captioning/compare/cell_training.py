@@ -21,10 +21,10 @@ def train_cell(cfg: DictConfig, out: Path, train: Callable[[DictConfig], object]
     "trained", or why it was not."""
     lock = CellLock(out)
     if (holder := lock.try_take()) is not None:
-        return f"being trained by {holder} ({out / LOCK}); skipped here"
+        return f"is being trained by {holder} ({out / LOCK}); skipped here"
     try:
         if (out / "results.json").exists():
-            return "finished by another process meanwhile"
+            return "was finished by another process meanwhile"
         if not cfg.get("resume") and has_checkpoint(out):
             with open_dict(cfg):
                 cfg.resume = str(out)

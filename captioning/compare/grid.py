@@ -143,7 +143,7 @@ class GridRunner:
             out.mkdir(parents=True, exist_ok=True)
             step = f"[{k}/{len(todo)}]"
             if executor is not None:
-                configs.append(self._prepare(cfg, out, step, cell.label))
+                configs.append((cell.label, self._prepare(cfg, out, step, cell.label)))
                 continue
             if workers > 1:
                 parallel.append((cell, self._prepare(cfg, out, step, cell.label), out))
@@ -168,13 +168,13 @@ class GridRunner:
             self.failed = run_parallel(parallel, workers, self.root / ".submitit",
                                        on_change=lambda failed: changed(dirs, failed))
         if executor is not None and configs:
+            from .executor import wait_for
+
             with executor.batch():  # one job array
-                jobs = [executor.submit(train_cell, cfg, Path(cfg.paths.output_dir), train)
-                        for cfg in configs]
-            log.info("grid: %d jobs submitted (%s ...); waiting for them", len(jobs), jobs[0].job_id)
-            for cfg, job in zip(configs, jobs):
-                if (state := job.result()) != "trained":  # a failed job raises here, with its log's path
-                    log.info("grid: %s %s", cfg.paths.output_dir, state)
+                jobs = [(label, executor.submit(train_cell, cfg, Path(cfg.paths.output_dir), train))
+                        for label, cfg in configs]
+            log.info("grid: %d jobs submitted (%s ...); waiting for them", len(jobs), jobs[0][1].job_id)
+            self.failed += wait_for(jobs)  # each failed cell named; the others' results kept
         busy = [c for c, d in dirs.items() if not (d / "results.json").exists()]
         if busy:  # another process is training them: the report shows what is finished
             log.warning("grid: %d cells still being trained by other processes; not in this "

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
 import sys
 import time
@@ -27,6 +26,7 @@ from omegaconf import DictConfig
 from ..errors import UserError
 from .cell_training import train_cell
 from .cells import Cell
+from .executor import what_failed
 
 log = logging.getLogger(__name__)
 
@@ -73,20 +73,6 @@ def threads_per_cell(cfgs: list[DictConfig], workers: int, cores: int | None = N
         raise UserError(f"compare.workers={workers} x trainer.num_threads={threads} is more threads "
                         f"than the {cores} cores: lower compare.workers to {max(1, cores // threads)}")
     return threads
-
-
-def _what_failed(err: BaseException) -> str:
-    """The cell's own error line (its exception, as submitit reports it), else submitit's."""
-    if type(err).__name__ == "UncompletedJobError":  # no result: the process itself died
-        return ("its process died without a result (killed: kill -9, or the out-of-memory "
-                "killer); the next run resumes it from its checkpoint")
-    lines = str(err).strip().splitlines()
-    own = [k for k, ln in enumerate(lines) if re.match(r"\s*[\w.]*(Error|Exception|Fault)\b:?", ln)]
-    if not own:
-        return (lines[0] if lines else type(err).__name__)[:300]
-    # an error that lists its problems below its first line ("bad config ...:\n  - key: why")
-    listed = [ln.strip() for ln in lines[own[-1] + 1:] if ln.strip().startswith("- ")]
-    return " ".join([lines[own[-1]].strip(), *listed])[:300]
 
 
 @dataclass
@@ -267,7 +253,7 @@ def run_parallel(todo: list[tuple[Cell, DictConfig, Path]], workers: int, folder
         except Exception as err:  # noqa: BLE001  (named and counted; the others go on)
             if stopping:
                 return  # stopped by the signal: it checkpointed, it did not fail
-            what = _what_failed(err)
+            what = what_failed(err)
             progress.failed.append(f"{cell.label}: {what} (log: {done.paths.stderr})")
             failed_labels.add(cell.label)
             log.error("grid: %s failed: %s (log: %s)", cell.label, what, done.paths.stderr)
