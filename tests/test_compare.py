@@ -463,15 +463,20 @@ class _RanJob:
         return self.value
 
 
-class _RunAtSubmit:
+class RunAtSubmit:
     """An executor whose jobs run as they are submitted (submitit's own debug executor drops
-    into pdb on a failure)."""
+    into pdb on a failure); `arrays`: the job arrays submitted, the directory of each job."""
+
+    def __init__(self):
+        self.arrays: list[list[str]] = []
 
     def batch(self):
+        self.arrays.append([])
         return contextlib.nullcontext()
 
-    def submit(self, fn, *args):
-        return _RanJob(fn, *args)
+    def submit(self, fn, cfg, *args):
+        self.arrays[-1].append(cfg.paths.output_dir)
+        return _RanJob(fn, cfg, *args)
 
 
 def test_a_failed_cluster_job_is_named_and_the_other_jobs_results_are_kept(tmp_path, monkeypatch):
@@ -488,7 +493,7 @@ def test_a_failed_cluster_job_is_named_and_the_other_jobs_results_are_kept(tmp_p
     monkeypatch.setattr(grid_mod, "train", train)
     runner = GridRunner(fake.compose, [], tmp_path, DIMS)
     cells = [Cell("lstm", "matched", "dot", 0), Cell("lstm", "matched", "additive", 0)]
-    dirs = runner.run(cells, _RunAtSubmit())
+    dirs = runner.run(cells, RunAtSubmit())
     assert set(dirs) == {cells[1]} and fake.trained == ["additive/512/0/False"]
     (line,) = runner.failed
     assert line == "lstm/matched/dot/s0: ValueError: attention.nonsense: a broken setting (log: 1_0_log.err)"

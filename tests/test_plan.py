@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from omegaconf import open_dict
-from test_compare import DIMS, FakeRuns
+from test_compare import DIMS, FakeRuns, RunAtSubmit
 
 import captioning.compare.grid as grid_mod
 from captioning.compare.cells import expand_grid
@@ -74,6 +74,32 @@ def test_the_sweep_comes_first_then_each_modes_seeds_at_its_chosen_rate(tmp_path
     assert plan.rates() == {"lstm/matched/additive": 3e-3, "lstm/matched/dot": 3e-4}
     assert trained[6:] == [("additive", 0, 3e-3), ("dot", 0, 3e-4), ("additive", 1, 3e-3), ("dot", 1, 3e-4)]
     assert len(done) == 10 and runner.run_plan(plan) == done and len(trained) == 10  # resumes: nothing left
+
+
+def test_on_a_cluster_the_sweep_is_one_job_array_and_the_seeds_the_next(tmp_path, monkeypatch):
+    """compare.executor=slurm with a sweep to train: every rate at once (a cluster's width
+    instead of the bracketing order), then each mode's seeds at the rate the sweep chose, as a
+    second job array; the choices are the serial run's."""
+    trained = []
+
+    def train(cfg):
+        trained.append((cfg.attention.name, cfg.seed, cfg.optim.optimizer.lr))
+        out = Path(cfg.paths.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps({
+            "best_score": _score(cfg), "monitor": "val/bleu4", "best_epoch": 1, "epochs_trained": 2}))
+
+    monkeypatch.setattr(grid_mod, "train", train)
+    runner, plan = _plan(tmp_path)
+    executor = RunAtSubmit()
+    done = runner.run_plan(plan, executor=executor)
+    assert [len(array) for array in executor.arrays] == [8, 4]
+    assert sorted(trained[:8]) == sorted((m, 5, lr) for m in ("additive", "dot") for lr in LRS)
+    assert plan.rates() == {"lstm/matched/additive": 3e-3, "lstm/matched/dot": 3e-4}
+    assert sorted(trained[8:]) == [("additive", 0, 3e-3), ("additive", 1, 3e-3), ("dot", 0, 3e-4),
+                                   ("dot", 1, 3e-4)]
+    assert len(done) == 12 and runner.failed == []
+    assert runner.run_plan(plan, executor=executor) == done and len(executor.arrays) == 2  # nothing left
 
 
 def test_a_cell_left_with_a_checkpoint_is_resumed_before_any_fresh_cell(tmp_path, monkeypatch):

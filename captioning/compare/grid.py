@@ -183,17 +183,27 @@ class GridRunner:
 
     def run_plan(self, plan, workers: int = 1,
                  on_change: Callable[[dict[Cell, Path], set[str]], None] | None = None,
-                 job: Callable | None = None) -> dict[Cell, Path]:
+                 job: Callable | None = None, executor=None) -> dict[Cell, Path]:
         """Train the cells a plan (compare/plan.py) makes ready, as they become ready: one at a
         time here, or `workers` at once (a freed slot asks the plan again; job: what each
-        worker runs, compare.workers' cell_job unless given). A cell is tried once per run
-        (one that failed, or that another process holds, is not retried here). In parallel a
-        freed slot may start a rate that a cell still running would have made unneeded: the
-        cells finished are those the serial order needs, and perhaps a few more.
-        -> {cell: its directory} of the plan's finished cells."""
+        worker runs, compare.workers' cell_job unless given), or on a cluster (`executor`) in
+        waves: all it may start now as one job array, waited for, then again (a sweep
+        not begun: every rate at once, then each mode's seeds at the rate it chose). A cell is
+        tried once per run (one that failed, or that another process holds, is not retried
+        here). In parallel a freed slot may start a rate that a cell still running would have
+        made unneeded: the cells finished are those the serial order needs, and perhaps a few
+        more. -> {cell: its directory} of the plan's finished cells."""
         taken: set[Cell] = set()
         self.failed = []
         changed = on_change or (lambda dirs, failed: None)
+        if executor is not None:
+            failed = []
+            while ready := plan.ready(taken):
+                taken.update(ready)
+                self.run(ready, executor, on_change=on_change)
+                failed += self.failed
+            self.failed = failed
+            return self.finished(plan.cells())
         if workers == 1:
             while ready := plan.ready(taken):
                 taken.add(ready[0])

@@ -91,9 +91,10 @@ def _compare(cfg: DictConfig, overrides: list[str],
     if spec["train"]:
         executor = make_executor(spec["executor"], root / ".submitit", spec["slurm"])
         try:
-            if plan is not None and executor is None and (spec["lrs"] or trains_sweep):
-                # cells as the plan makes them ready (compare/plan.py), one or N at a time
-                dirs = runner.run_plan(plan, spec["workers"], board and board.update)
+            if plan is not None and (spec["lrs"] or trains_sweep):
+                # cells as the plan makes them ready (compare/plan.py): one or N at a time, or
+                # a cluster's job arrays in waves
+                dirs = runner.run_plan(plan, spec["workers"], board and board.update, executor=executor)
             else:  # every cell (a cluster's jobs are submitted at once; workers: N at a time)
                 dirs = runner.run(cells, executor, spec["workers"], board and board.update)
         finally:
