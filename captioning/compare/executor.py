@@ -1,7 +1,8 @@
 """Where the comparison's cells train: in this process (`compare.executor=local`), or as SLURM
 jobs through submitit (`slurm`; `debug` runs the same submission path in this process, for
 tests). The job parameters default to conf/hydra/launcher/slurm.yaml, the sweep launcher's: one
-home for what a job asks for; `compare.slurm.<key>` overrides them."""
+home for what a job asks for; `compare.slurm.<key>` overrides them. Every job is waited for; a
+failed one is named by its cell, its error and its log (compare.workers' jobs alike)."""
 
 from __future__ import annotations
 
@@ -56,8 +57,9 @@ def wait_for(jobs: list[tuple[str, object]]) -> list[str]:
         try:
             state = job.result()
         except Exception as err:  # noqa: BLE001  (named and counted; the others go on)
-            failed.append(f"{label}: {what_failed(err)} (log: {job.paths.stderr})")
-            log.error("grid: %s", failed[-1])
+            what = what_failed(err)
+            failed.append(f"{label}: {what} (log: {job.paths.stderr})")
+            log.error("grid: %s failed: %s (log: %s)", label, what, job.paths.stderr)
             continue
         if state != "trained":
             log.info("grid: %s %s", label, state)
