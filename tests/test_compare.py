@@ -479,6 +479,29 @@ class RunAtSubmit:
         return _RanJob(fn, cfg, *args)
 
 
+def test_with_workers_a_cells_folder_is_written_as_its_job_starts(tmp_path, monkeypatch):
+    """compare.workers: a cell waiting for a free worker has no folder yet (a status lists it
+    as not begun); its folder, cell.json and resume decision come as its job is submitted."""
+    from captioning.compare import workers
+
+    fake = FakeRuns()
+    seen = []
+
+    def run_parallel(todo, n, folder, on_submit=None, on_change=None):
+        for item in todo:  # one worker's order
+            seen.append(item[2].exists())
+            _, cfg, out = on_submit(item)
+            seen.append((out / "cell.json").is_file())
+            fake.train(cfg)
+        return []
+
+    monkeypatch.setattr(workers, "run_parallel", run_parallel)
+    runner = GridRunner(fake.compose, [], tmp_path, DIMS)
+    dirs = runner.run([Cell("lstm", "matched", "dot", 0), Cell("lstm", "matched", "additive", 0)], workers=2)
+    assert seen == [False, True, False, True] and len(fake.trained) == 2
+    assert all((d / "results.json").is_file() for d in dirs.values())
+
+
 def test_a_failed_cluster_job_is_named_and_the_other_jobs_results_are_kept(tmp_path, monkeypatch):
     """One cell's job fails: the grid still waits for the others, keeps their results, and
     names the failed cell with its error and its job's log (run.py then ends with one line per

@@ -135,18 +135,19 @@ class GridRunner:
                  len(cells), len(set(dirs.values())), done, len(todo))
         changed = on_change or (lambda dirs, failed: None)
         changed(dirs, set())
-        configs, parallel = [], []
+        configs, parallel, steps = [], [], {}
         for out in {d for d in dirs.values() if (d / "results.json").exists()}:
             cell_config(out, save=True)  # finished: make sure its cell.json exists (older grids lacked it)
         for k, cell in enumerate(todo, 1):
             cfg, out = self.config(cell)
-            out.mkdir(parents=True, exist_ok=True)
             step = f"[{k}/{len(todo)}]"
+            if workers > 1 and executor is None:  # prepared as it starts (nothing written before)
+                parallel.append((cell, cfg, out))
+                steps[cell] = step
+                continue
+            out.mkdir(parents=True, exist_ok=True)
             if executor is not None:
                 configs.append((cell.label, self._prepare(cfg, out, step, cell.label)))
-                continue
-            if workers > 1:
-                parallel.append((cell, self._prepare(cfg, out, step, cell.label), out))
                 continue
             lock = CellLock(out)
             if (holder := lock.try_take()) is not None:
@@ -166,6 +167,7 @@ class GridRunner:
             from .workers import run_parallel
 
             self.failed = run_parallel(parallel, workers, self.root / ".submitit",
+                                       on_submit=lambda item: self._start(item, steps[item[0]]),
                                        on_change=lambda failed: changed(dirs, failed))
         if executor is not None and configs:
             from .executor import wait_for
@@ -223,15 +225,19 @@ class GridRunner:
             return [composed[cell] for cell in ready]
 
         def submitted(item: tuple[Cell, DictConfig, Path]) -> tuple[Cell, DictConfig, Path]:
-            cell, cfg, out = item
-            taken.add(cell)
-            out.mkdir(parents=True, exist_ok=True)
-            return cell, self._prepare(cfg, out, "[plan]", cell.label), out
+            taken.add(item[0])
+            return self._start(item, "[plan]")
 
         self.failed = run_parallel(refill(), workers, self.root / ".submitit", job=job or cell_job,
                                    refill=refill, on_submit=submitted,
                                    on_change=lambda failed: changed(dirs(), failed))
         return self.finished(plan.cells())
+
+    def _start(self, item: tuple[Cell, DictConfig, Path], step: str) -> tuple[Cell, DictConfig, Path]:
+        """A worker's cell as its job is submitted: its folder made and its config prepared."""
+        cell, cfg, out = item
+        out.mkdir(parents=True, exist_ok=True)
+        return cell, self._prepare(cfg, out, step, cell.label), out
 
     @staticmethod
     def _prepare(cfg: DictConfig, out: Path, step: str, label: str) -> DictConfig:
