@@ -53,7 +53,9 @@ def _score(cfg) -> float:
     return 0.5 - 0.1 * (math.log10(lr) - math.log10(PEAKS[cfg.attention.name])) ** 2
 
 
-def test_the_sweep_comes_first_then_each_modes_seeds_at_its_chosen_rate(tmp_path, monkeypatch):
+def _record_training(monkeypatch) -> list[tuple]:
+    """grid.train replaced by a run that scores its cell by _score -> the (mode, seed, lr) of
+    each cell it trains, in order."""
     trained = []
 
     def train(cfg):
@@ -64,6 +66,11 @@ def test_the_sweep_comes_first_then_each_modes_seeds_at_its_chosen_rate(tmp_path
             "best_score": _score(cfg), "monitor": "val/bleu4", "best_epoch": 1, "epochs_trained": 2}))
 
     monkeypatch.setattr(grid_mod, "train", train)
+    return trained
+
+
+def test_the_sweep_comes_first_then_each_modes_seeds_at_its_chosen_rate(tmp_path, monkeypatch):
+    trained = _record_training(monkeypatch)
     runner, plan = _plan(tmp_path)
     assert plan.rated() == []  # nothing chosen yet: no grid cell may start
     done = runner.run_plan(plan)
@@ -80,16 +87,7 @@ def test_on_a_cluster_the_sweep_is_one_job_array_and_the_seeds_the_next(tmp_path
     """compare.executor=slurm with a sweep to train: every rate at once (a cluster's width
     instead of the bracketing order), then each mode's seeds at the rate the sweep chose, as a
     second job array; the choices are the serial run's."""
-    trained = []
-
-    def train(cfg):
-        trained.append((cfg.attention.name, cfg.seed, cfg.optim.optimizer.lr))
-        out = Path(cfg.paths.output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps({
-            "best_score": _score(cfg), "monitor": "val/bleu4", "best_epoch": 1, "epochs_trained": 2}))
-
-    monkeypatch.setattr(grid_mod, "train", train)
+    trained = _record_training(monkeypatch)
     runner, plan = _plan(tmp_path)
     executor = RunAtSubmit()
     done = runner.run_plan(plan, executor=executor)
