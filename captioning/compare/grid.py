@@ -19,19 +19,11 @@ from ..lit.training import train
 from ..models.captioner import resolved_attention
 from ..provenance import config_hash, cpu_kind, hashed_view
 from .adoption import LegacyCells, cell_config, write_cell_config
-from .cell_log import cell_log
 from .cell_training import train_cell
 from .cells import BLIND, Cell
-from .lock import LOCK, CellLock
 from .status import has_checkpoint
 
 log = logging.getLogger(__name__)
-
-def logged_train(cfg: DictConfig) -> dict:
-    """train(cfg), its log also in its cell's train.log (compare/cell_log.py)."""
-    with cell_log(Path(cfg.paths.output_dir)):
-        return train(cfg)
-
 
 class GridRunner:
     """compose(overrides) -> config; cells run into root/cells/<config hash>/, or are found
@@ -149,19 +141,14 @@ class GridRunner:
             if executor is not None:
                 configs.append((cell.label, self._prepare(cfg, out, step, cell.label)))
                 continue
-            lock = CellLock(out)
-            if (holder := lock.try_take()) is not None:
-                log.warning("grid: %s is being trained by %s (%s); skipped here", cell.label,
-                            holder, out / LOCK)
-                continue
-            try:
-                if (out / "results.json").exists():  # under the lock: no race with its writer
-                    log.info("grid: %s was finished by another process meanwhile; skipped", cell.label)
-                    continue
-                changed(dirs, set())
-                logged_train(self._prepare(cfg, out, step, cell.label))
-            finally:
-                lock.release()
+
+            def fit(cfg: DictConfig, out: Path = out, step: str = step, label: str = cell.label) -> None:
+                changed(dirs, set())  # under the cell's lock: it shows as running
+                train(self._prepare(cfg, out, step, label))
+
+            state = train_cell(cfg, out, fit)  # in this process, under the lock as every job
+            if state != "trained":  # held elsewhere: a warning; finished meanwhile: news
+                (log.warning if "being trained" in state else log.info)("grid: %s %s", cell.label, state)
             changed(dirs, set())
         if parallel:
             from .workers import run_parallel
