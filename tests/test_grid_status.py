@@ -13,7 +13,7 @@ import pytest
 
 from captioning.compare.cells import Cell
 from captioning.compare.lock import LOCK, CellLock
-from captioning.compare.status import GridBoard, cell_state, cost_text, grid_status, status_text
+from captioning.compare.status import GridBoard, cell_state, code_text, cost_text, grid_status, status_text
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,6 +62,29 @@ def test_the_cost_line_counts_only_recorded_cpu_time(tmp_path):
     rest = [{"state": "waiting", "cpu_s": None}, {"state": "running", "cpu_s": None}]
     with_waiting = cost_text(rows + rest)
     assert with_waiting.endswith("; the 2 not finished, at that mean: about 2.0 CPU-hours")
+
+
+def test_the_code_line_names_the_commits_the_finished_cells_ran_at(tmp_path):
+    """One commit: said once; several (a grid continued at another commit, or from a tree with
+    uncommitted changes): each with its count, the most cells first; none before a cell finished."""
+    a, b = "458d2c9f6048bad2c80881a349771fcf5aa44682", "f1a3344ccc42e41208cc34ea90c5177e561777d5"
+    cells = [Cell("lstm", "matched", "dot", k) for k in range(5)]
+    dirs = {c: tmp_path / f"cell{c.seed}" for c in cells}
+    for cell, commit in zip(cells, [a, a, b, f"{b}+dirty", None]):
+        dirs[cell].mkdir()
+        if commit is not None or cell.seed == 4:
+            record = {"test/bleu4": 0.5} | ({"git_commit": commit} if commit else {})
+            (dirs[cell] / "results.json").write_text(json.dumps(record))
+    rows = grid_status(cells, dirs)
+    assert code_text(rows) == ("  code: the finished cells ran at 4 commits: 458d2c9 (2 cells), a commit "
+                               "not recorded (1 cell), f1a3344 (1 cell), f1a3344 with uncommitted "
+                               "changes (1 cell)")
+    many = [{"state": "finished", "commit": f"{k:07x}"} for k in range(6)] + rows[:2]
+    assert code_text(many) == ("  code: the finished cells ran at 7 commits: 458d2c9 (2 cells), 0000000 "
+                               "(1 cell), 0000001 (1 cell), 4 other commits (4 cells)")
+    assert code_text(rows[:2]) == "  code: every finished cell ran at 458d2c9"
+    assert code_text([{**r, "state": "running"} for r in rows]) is None
+    assert "  code: every finished cell ran at 458d2c9" in status_text("g", tmp_path, rows[:2]).splitlines()
 
 
 def test_a_running_or_interrupted_cell_shows_its_last_epoch_line(tmp_path):

@@ -8,6 +8,7 @@ cell with the last epoch line of its train.log; a cell of this run whose job fai
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 from .cell_log import last_epoch
@@ -15,6 +16,7 @@ from .cells import Cell
 from .lock import CellLock
 
 STATES = ("finished", "running", "interrupted", "failed", "waiting")
+SHOWN_COMMITS = 4  # the status's code line names at most this many commits
 
 
 def whole_wall_s(res: dict) -> float | None:
@@ -33,13 +35,13 @@ def cell_state(out: Path) -> dict:
     """A cell's state from its directory alone: {state, test_bleu4, val_best, wall_s, cpu_s,
     machine, holder}; a query (it writes nothing, not even a lock file)."""
     row: dict = {"state": "waiting", "test_bleu4": None, "val_best": None, "wall_s": None,
-                 "cpu_s": None, "machine": None, "holder": None, "epoch": None}
+                 "cpu_s": None, "machine": None, "holder": None, "epoch": None, "commit": None}
     done = out / "results.json"
     if done.is_file():
         res = json.loads(done.read_text())
         return {**row, "state": "finished", "test_bleu4": res.get("test/bleu4"),
                 "val_best": res.get("best_score"), "wall_s": whole_wall_s(res),
-                "cpu_s": res.get("cpu_s"), "machine": res.get("machine")}
+                "cpu_s": res.get("cpu_s"), "machine": res.get("machine"), "commit": res.get("git_commit")}
     if (holder := CellLock(out).holder()) is not None:
         return {**row, "state": "running", "holder": holder, "epoch": last_epoch(out)}
     if has_checkpoint(out):
@@ -68,7 +70,7 @@ def status_text(name: str, root: Path, rows: list[dict]) -> str:
     head = f"grid {name} ({root}): {len(rows)} cells, " + ", ".join(
         f"{n} {s}" for s, n in counts.items() if n)
     width = max((len(r["cell"]) for r in rows), default=4)
-    lines = [head] + ([cost] if (cost := cost_text(rows)) else [])
+    lines = [head] + [text for text in (cost_text(rows), code_text(rows)) if text]
     for r in rows:
         if r["state"] == "finished":
             score = "-" if r["test_bleu4"] is None else f"{r['test_bleu4']:.4f}"
@@ -101,6 +103,36 @@ def cost_text(rows: list[dict]) -> str | None:
     text = f"  CPU time: {cells} took {sum(spent) / 3600:.1f} CPU-hours ({mean / 60:.0f} CPU-min a cell)"
     return text + (f"; the {left} not finished, at that mean: about {left * mean / 3600:.1f} CPU-hours"
                    if left else "")
+
+
+def code_text(rows: list[dict]) -> str | None:
+    """The code the finished cells ran at (each results.json's git_commit, its last part's),
+    with how many at each: a grid continued at another commit, or from a tree with uncommitted
+    changes (+dirty), shows it here before its report's provenance table does. None before any
+    finished cell."""
+    commits = Counter(_short(r["commit"]) for r in rows if r["state"] == "finished")
+    if not commits:
+        return None
+    if len(commits) == 1:
+        return f"  code: every finished cell ran at {next(iter(commits))}"
+    most_first = sorted(commits.items(), key=lambda kv: (-kv[1], kv[0]))
+    shown, rest = (most_first, []) if len(most_first) <= SHOWN_COMMITS else (
+        most_first[:SHOWN_COMMITS - 1], most_first[SHOWN_COMMITS - 1:])
+    parts = [f"{commit} ({_cells(n)})" for commit, n in shown]
+    if rest:
+        parts.append(f"{len(rest)} other commits ({_cells(sum(n for _, n in rest))})")
+    return f"  code: the finished cells ran at {len(commits)} commits: " + ", ".join(parts)
+
+
+def _cells(n: int) -> str:
+    return f"{n} cell" + "s" * (n != 1)
+
+
+def _short(commit: str | None) -> str:
+    if not commit:
+        return "a commit not recorded"
+    sha, dirty = commit.split("+", 1)[0], "+dirty" in commit
+    return sha[:7] + (" with uncommitted changes" if dirty else "")
 
 
 def sweep_text(rows: list[dict], seeds: dict[str, int]) -> str:
