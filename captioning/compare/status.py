@@ -33,7 +33,7 @@ def has_checkpoint(out: Path) -> bool:
 
 def cell_state(out: Path) -> dict:
     """A cell's state from its directory alone: {state, test_bleu4, val_best, wall_s, cpu_s,
-    machine, holder}; a query (it writes nothing, not even a lock file)."""
+    machine, holder, epoch, commit}; a query (it writes nothing, not even a lock file)."""
     row: dict = {"state": "waiting", "test_bleu4": None, "val_best": None, "wall_s": None,
                  "cpu_s": None, "machine": None, "holder": None, "epoch": None, "commit": None}
     done = out / "results.json"
