@@ -79,9 +79,14 @@ def main() -> None:
     parser.add_argument("grid", help="the grid's folder under results/ (its compare.name)")
     parser.add_argument("--apply", action="store_true", help="commit (default: list only)")
     args = parser.parse_args()
-    if not (ROOT / "results" / args.grid / "cells").is_dir():
-        raise SystemExit(f"error: results/{args.grid}/cells: no such folder (the grid's compare.name)")
-    done, refused = commit_cells(ROOT, args.grid, args.apply)
+    if "/" in args.grid or not (ROOT / "results" / args.grid / "cells").is_dir():
+        parser.error(f"{args.grid}: no grid of that name under results/ (give the grid's "
+                     "compare.name, e.g. convergence_learned)")
+    try:
+        done, refused = commit_cells(ROOT, args.grid, args.apply)
+    except subprocess.CalledProcessError as err:  # not a git checkout, or a commit refused
+        why = err.stderr.strip().splitlines()[-1] if err.stderr.strip() else f"exit status {err.returncode}"
+        parser.error(f"{' '.join(err.cmd)}: {why}")
     for line in done:
         print(line)
     for line in refused:

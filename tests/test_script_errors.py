@@ -19,6 +19,7 @@ MAINT = {
     "lock_requirements.py": (["--check", "--out", f"{NOPE}.lock"], "nope.lock"),
     "make_wheels.py": (["--torch", "3.0", "--dest", f"{NOPE}-wheels"], "only torch 2.x"),
     "name_cells_by_record.py": (["--no-such-flag"], "--no-such-flag"),
+    "commit_cells.py": ([NOPE], "no grid of that name"),
     "make_docs.py": (["--no-such-flag"], "--no-such-flag"),
     "peer_benchmark.py": ([], "--peer"),
 }
