@@ -191,7 +191,7 @@ def test_a_report_before_the_grids_own_sweep_chose_a_rate_says_where_it_stands(t
                           f"compare.root={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 2, out.stderr[-2000:]
     line = out.stderr.strip().splitlines()[-1]
-    assert "sweep has chosen no mode's rate yet (0 of its cells finished, of at most 70," in line
+    assert "sweep has chosen no mode's rate yet (0 of its cells finished, of at most 98," in line
     assert "compare.status=true compare.sweep.train=true" in line and "Traceback" not in out.stderr
     assert not any(tmp_path.iterdir())
 

@@ -98,7 +98,8 @@ def test_the_learned_grids_report_holds_what_its_verdict_needs(tmp_path):
         ("additive", "dot"), ("additive", "scaled_dot")}
     assert [(c["a"], c["a_dims"], c["b"], c["b_dims"]) for c in report["controls"]] == [
         ("general", "matched", "dot", "matched"), ("general", "matched", "dot", "mismatched_whitened")]
-    assert sum(p["cells"] for p in report["cost"]) == report["runs"] == 70 + 35  # sweep seeds 5, 6; grid 0-4
+    # the sweep: 7 rates x 7 modes x seeds 5, 6; the grid: 7 modes x seeds 0-4
+    assert sum(p["cells"] for p in report["cost"]) == report["runs"] == 7 * 7 * 2 + 35
     # every cell read the one encoder file, and the provenance table names it
     (row,) = report["provenance"]
     assert row["encoder_sha256"] == json.loads((_template() / "results.json").read_text())["encoder_sha256"]
