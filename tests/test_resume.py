@@ -224,13 +224,15 @@ def test_a_poisoned_batch_stops_the_run_and_keeps_the_last_good_checkpoint(
 
 def test_nan_policy_skip_finishes_and_counts(uninterrupted, data_dir, tmp_path):
     poison = _image_at_step(uninterrupted, 12)
+    # four epochs, not the resume tests' two: two leave a tiny run on the edge of learning at
+    # all (on some CPUs and seeds it ends captioning every image alike, no better than untrained)
     _finish(_start(tmp_path / "run", data_dir, tmp_path / "steps.jsonl",
-                   "trainer.nan_policy=skip", env={"POISON_IMAGE": str(poison)}))
+                   "trainer.nan_policy=skip", "trainer.max_epochs=4", env={"POISON_IMAGE": str(poison)}))
     results = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert results["nonfinite_skipped_batches"] == 2  # the image's batch in each epoch
+    assert results["nonfinite_skipped_batches"] == 4  # the image's batch in each epoch
     # It went on learning after the skipped batches: above its own untrained start (a control;
-    # its distance to the clean run is no test: two short runs that differ in two steps end up
-    # far apart in BLEU-1, 0.14 vs 0.34 with fp32 features here; untrained: 0.002).
+    # its distance to the clean run is no test: two short runs that differ in a few steps end up
+    # far apart in BLEU-1).
     from conftest import untrained_bleu1
 
     assert results["test/bleu1"] > untrained_bleu1(tmp_path / "run"), results
