@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -682,6 +683,34 @@ def test_a_grid_refuses_an_encoder_file_other_than_its_pinned_one(tmp_path, monk
     with pytest.raises(UserError, match=r"encoder.pth: no such file. It is your own weights file"):
         run_mod.run_comparison(cfg, ["experiment=trained"], fake.compose)
     assert fake.trained == []
+
+
+def test_a_fresh_clone_takes_the_pinned_encoder_file_from_the_grids_record(tmp_path, monkeypatch):
+    """A grid whose record keeps its encoder file (results/<grid>/encoder/): a machine without
+    the file gets it from there, checked against the pin, and its cells train; a machine with
+    another file is still refused (the record never overwrites a file)."""
+    import captioning.compare.run as run_mod
+    from captioning.compare.encoder_record import store
+    from captioning.errors import UserError
+
+    weights = tmp_path / "encoder.pth"
+    weights.write_bytes(b"the grid's encoder" * 100)
+    digest = hashlib.sha256(weights.read_bytes()).hexdigest()
+    store(weights, tmp_path / "trained" / "encoder", digest, part_bytes=500)
+    weights.unlink()
+    fake = FakeExperiments(tmp_path, weights)
+    monkeypatch.setattr(grid_mod, "train", fake.train)
+    cfg = fake.compose(["experiment=trained"])
+    cfg.encoder.update(pretrained=True, verify_weights=False, weights_sha256=digest)
+    cfg.compare.update(train=True)
+    run_mod.run_comparison(cfg, ["experiment=trained"], fake.compose)
+    assert hashlib.sha256(weights.read_bytes()).hexdigest() == digest
+    assert fake.trained
+    weights.write_bytes(b"weights trained again")
+    trained = len(fake.trained)
+    with pytest.raises(UserError, match=r"other bytes than the recorded encoder.*move it aside"):
+        run_mod.run_comparison(cfg, ["experiment=trained"], fake.compose)
+    assert weights.read_bytes() == b"weights trained again" and len(fake.trained) == trained
 
 
 def _committed(prefix: str = "results/") -> list[str]:

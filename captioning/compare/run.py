@@ -19,6 +19,7 @@ from ..schema import completed
 from ..schema.compare import Compare
 from ..schema.fields import REQUIRED
 from .cells import Cell, expand_grid
+from .encoder_record import restore_if_recorded
 from .executor import make_executor
 from .grid import GridRunner, grid_runner
 from .plan import SweepPlan, SweepThenGrid
@@ -62,6 +63,10 @@ def _compare(cfg: DictConfig, overrides: list[str],
     _check_conditions(spec)
     # every cell reads this encoder file: before any of them (a status needs no file, only not another one)
     encoder = OmegaConf.to_container(cfg.encoder, resolve=True) if "encoder" in cfg else {}
+    # a fresh clone: the pinned file comes from the grid's record, where it keeps one
+    if spec["train"] and not spec["status"]:
+        if done := restore_if_recorded(encoder, Path(spec["root"]) / spec["name"] / "encoder"):
+            log.info(done)
     if problem := weights_problem(encoder, absent_ok=spec["status"] or not spec["train"]):
         raise UserError(problem)
     runner = grid_runner(spec, compose, overrides)
