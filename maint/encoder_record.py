@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("grid", help="the grid's experiment, also its folder under results/")
     args = parser.parse_args(argv)
     encoder = grid_encoder(args.grid)
-    folder, weights = ROOT / "results" / args.grid / "encoder", Path(encoder["weights_path"]).expanduser()
+    folder = ROOT / "results" / args.grid / "encoder"
+    weights = ROOT / Path(encoder["weights_path"]).expanduser()  # paths.data_dir: from this checkout
     if args.action == "store":
         manifest = store(weights, folder, encoder["weights_sha256"])
         done = (f"{weights} -> {folder.relative_to(ROOT)}/: {len(manifest['parts'])} parts, "

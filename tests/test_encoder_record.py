@@ -87,6 +87,11 @@ def test_parts_that_do_not_make_the_file_are_refused(recorded):
     assert not target.exists()
 
 
+def test_a_grid_with_no_kept_file_says_how_to_keep_one(tmp_path):
+    with pytest.raises(UserError, match=r"no encoder file kept there \(encoder.json\): store it from"):
+        restore(tmp_path / "grid" / "encoder", tmp_path / "encoder.pth", "ab" * 32)
+
+
 def test_a_record_of_another_file_than_the_pin_is_refused(recorded):
     _, folder, target = recorded
     with pytest.raises(UserError, match=r"records sha256 .*not the grid's pin abababab"):

@@ -20,6 +20,7 @@ MAINT = {
     "make_wheels.py": (["--torch", "3.0", "--dest", f"{NOPE}-wheels"], "only torch 2.x"),
     "name_cells_by_record.py": (["--no-such-flag"], "--no-such-flag"),
     "commit_cells.py": ([NOPE], "no grid of that name"),
+    "encoder_record.py": (["restore", "convergence"], "no pinned weights file"),
     "make_docs.py": (["--no-such-flag"], "--no-such-flag"),
     "peer_benchmark.py": ([], "--peer"),
 }

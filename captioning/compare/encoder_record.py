@@ -54,6 +54,9 @@ def restore(folder: Path, weights: Path, want: str | None) -> str:
     """Put the file recorded in `folder` at `weights`, every part and the whole checked ->
     what was done, in words. A file already there with the recorded bytes is left as it is; one
     with other bytes is refused (it is someone's other encoder: move it aside first)."""
+    if not (folder / MANIFEST).is_file():
+        raise UserError(f"{folder}: no encoder file kept there ({MANIFEST}): store it from a machine "
+                        "that has it (maint/encoder_record.py store <grid>), or copy the file itself")
     manifest = json.loads((folder / MANIFEST).read_text())
     sha = manifest["sha256"]
     if want and sha != want.lower():
