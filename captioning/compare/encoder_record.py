@@ -70,6 +70,7 @@ def restore(folder: Path, weights: Path, want: str | None) -> str:
                         "file is put in its place")
     weights.parent.mkdir(parents=True, exist_ok=True)
     tmp = weights.with_name(weights.name + ".restoring")
+    whole = hashlib.sha256()  # of what is written, as it is written
     with open(tmp, "wb") as out:
         for part in manifest["parts"]:
             path = folder / part["name"]
@@ -79,7 +80,8 @@ def restore(folder: Path, weights: Path, want: str | None) -> str:
                 raise UserError(f"{path}: missing or not the recorded part (sha256 "
                                 f"{part['sha256'][:16]}...): check out the grid's record again")
             out.write(data)
-    if file_sha256(tmp) != sha:  # the parts are right but not in this order or not all listed
+            whole.update(data)
+    if whole.hexdigest() != sha:  # the parts are right but not in this order or not all listed
         tmp.unlink()
         raise UserError(f"{folder / MANIFEST}: its parts do not make the recorded file: "
                         "the record is damaged")
