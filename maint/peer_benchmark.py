@@ -109,8 +109,11 @@ def timed(fn, warmup: int, repeats: int, sync) -> dict:
         times.append(time.perf_counter() - start)
     # 4 significant figures, not 4 decimals: a step at a test's tiny shapes takes microseconds
     # on a fast CPU, and would round to 0 s (and an infinite rate)
-    return {"median_s": float(f"{statistics.median(times):.4g}"), "min_s": float(f"{min(times):.4g}"),
-            "max_s": float(f"{max(times):.4g}"), "repeats": repeats}
+    def sig(x: float) -> float:
+        return float(f"{x:.4g}")
+
+    return {"median_s": sig(statistics.median(times)), "min_s": sig(min(times)), "max_s": sig(max(times)),
+            "repeats": repeats}
 
 
 def run(args) -> dict:
