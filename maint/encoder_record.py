@@ -23,10 +23,11 @@ def grid_encoder(grid: str) -> dict:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
+    from captioning.paths import conf_dir
     from captioning.schema import register
 
     register()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         cfg = compose("train", overrides=[f"experiment={grid}", "paths.output_dir=unused"])
     encoder = OmegaConf.to_container(cfg.encoder, resolve=True)
     if not (encoder.get("pretrained") and encoder.get("weights_path") and encoder.get("weights_sha256")):
