@@ -32,18 +32,28 @@ PEAK = {"additive": -3.0, "dot": -2.5, "scaled_dot": -2.5, "general": -3.0}
 
 
 def _template() -> Path:
-    ls = subprocess.run(["git", "ls-files", "results/convergence_learned/cells/*/results.json"], cwd=ROOT,
-                        capture_output=True, text=True)
-    if ls.returncode != 0 or not ls.stdout.split():
-        pytest.skip("no committed learned-feature cell (or not a git checkout)")
-    return ROOT / Path(ls.stdout.split()[0]).parent
+    """A committed learned cell, or before the grid has one a committed random-feature cell of
+    experiment=convergence (the same files, under the same rules)."""
+    for grid in ("convergence_learned", "convergence"):
+        ls = subprocess.run(["git", "ls-files", f"results/{grid}/cells/*/results.json"], cwd=ROOT,
+                            capture_output=True, text=True)
+        if ls.returncode == 0 and ls.stdout.split():
+            return ROOT / Path(ls.stdout.split()[0]).parent
+    pytest.skip("no committed convergence cell (or not a git checkout)")
+
+
+def _pin() -> str:
+    """The encoder file's sha256 the preset pins: the one file every cell reads."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose("train", overrides=["experiment=convergence_learned"]).encoder.weights_sha256
 
 
 def _fill(root: Path, overrides: list[str]) -> dict[str, float]:
     """Every cell of the sweep, then of the grid at the rates it chose, finished with the
     template's files -> the rates chosen."""
     template, rng = _template(), random.Random(0)
-    base = json.loads((template / "results.json").read_text())
+    base = {**json.loads((template / "results.json").read_text()), "encoder_sha256": _pin()}
     register()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
@@ -102,7 +112,7 @@ def test_the_learned_grids_report_holds_what_its_verdict_needs(tmp_path):
     assert sum(p["cells"] for p in report["cost"]) == report["runs"] == 7 * 7 * 2 + 35
     # every cell read the one encoder file, and the provenance table names it
     (row,) = report["provenance"]
-    assert row["encoder_sha256"] == json.loads((_template() / "results.json").read_text())["encoder_sha256"]
+    assert row["encoder_sha256"] == _pin()
     headline = verdict.sentences(report, headline=True)
     assert 3 <= len(headline) <= 8 and all("Transformer" not in s for s in headline)
     control = [s for s in headline if s.startswith("The learned-projection control (lstm): ")]
